@@ -1,0 +1,105 @@
+"""The `eqsat-nb` command. Only commands that really work are listed."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import TirError
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .ir.parse import load
+    from .ir.stats import graph_stats, human
+
+    failed = 0
+    for path in args.files:
+        try:
+            graph = load(path)
+        except TirError as e:
+            print(e, file=sys.stderr)
+            failed += 1
+            continue
+        s = graph_stats(graph)
+        mix = ", ".join(f"{n} {op}" for op, n in s.op_counts.items())
+        print(f"{path}: ok: {s.compute_ops} ops ({mix}); {human(s.params)}params, "
+              f"{human(s.flops)}FLOPs")
+    return 1 if failed else 0
+
+
+def _cmd_print(args: argparse.Namespace) -> int:
+    from .ir.parse import load
+    from .ir.printer import print_graph
+
+    text = print_graph(load(args.file))
+    if args.output:
+        out = Path(args.output)
+        if out.exists() and not args.force:
+            raise TirError(f"{out} exists; pass --force to overwrite it")
+        out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_interp(args: argparse.Namespace) -> int:
+    from .ir.interp import run
+    from .ir.parse import load
+
+    graph = load(args.file)
+    start = time.perf_counter()
+    outs = run(graph, seed=args.seed, dtype=args.dtype)
+    elapsed = time.perf_counter() - start
+    for name, ty, arr in zip(graph.outputs, graph.output_types(), outs):
+        a = np.asarray(arr, dtype=np.float64)
+        print(f"{name}: {ty}  sum={a.sum():.6e}  mean|x|={np.abs(a).mean():.6e}  "
+              f"max|x|={np.abs(a).max():.6e}")
+    print(f"ran {sum(1 for _ in graph.compute_nodes())} ops in {elapsed:.3f} s "
+          f"(seed {args.seed}, {args.dtype})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eqsat-nb", description="Tensor-graph superoptimizer "
+                                "(equality saturation over e-graphs).")
+    p.add_argument("--version", action="version", version=f"eqsat-nb {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser("check", help="parse and shape-check .tir files; print a summary per file")
+    c.add_argument("files", nargs="+", metavar="FILE")
+    c.set_defaults(func=_cmd_check)
+
+    c = sub.add_parser("print", help="print a .tir file in canonical form")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("-o", "--output", help="write to this file instead of standard output")
+    c.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    c.set_defaults(func=_cmd_print)
+
+    c = sub.add_parser("interp", help="run a .tir file on random inputs with the NumPy reference "
+                       "interpreter; print output shapes and checksums")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--seed", type=int, default=0, help="seed for inputs and weights (default 0)")
+    c.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+    c.set_defaults(func=_cmd_interp)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TirError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

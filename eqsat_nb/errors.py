@@ -1,0 +1,51 @@
+"""User-facing errors: one line `file:line:col: error: message` plus the source line and a caret.
+
+Every error a user can provoke with their own input is a `TirError`; the CLI prints `str(err)` and
+exits 1, so no traceback reaches the user.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A position in a source text (1-based line and column)."""
+
+    line: int
+    col: int
+
+
+class TirError(Exception):
+    """An error in user input, located in a file when the location is known."""
+
+    def __init__(self, message: str, loc: Loc | None = None, file: str | None = None,
+                 source: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+        self.file = file
+        self.source = source
+
+    def located(self, file: str | None, source: str | None) -> "TirError":
+        """The same error, attached to a file name and its text (keeps what is already set)."""
+        err = TirError(self.message, self.loc, self.file or file, self.source or source)
+        err.__class__ = type(self)
+        return err
+
+    def __str__(self) -> str:
+        where = self.file or "<input>"
+        if self.loc is None:
+            return f"{where}: error: {self.message}"
+        head = f"{where}:{self.loc.line}:{self.loc.col}: error: {self.message}"
+        if not self.source:
+            return head
+        lines = self.source.splitlines()
+        if not 1 <= self.loc.line <= len(lines):
+            return head
+        text = lines[self.loc.line - 1].expandtabs(1)
+        return f"{head}\n  {text}\n  {' ' * (self.loc.col - 1)}^"
+
+
+class ShapeError(TirError):
+    """An operator was given inputs or attributes its shape function rejects."""

@@ -1,0 +1,240 @@
+"""Text → Graph: Lark LALR parse of grammar/tir.lark, then a checking pass that builds the Graph.
+
+Every user mistake becomes a `TirError` located at the token that caused it: syntax errors say what
+was expected, semantic errors (unknown op, arity, attribute, undefined or redefined value, shape
+mismatch, declared type that disagrees with the inferred one) point at the offending token.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from ..errors import Loc, ShapeError, TirError
+from ..resources import grammar_path
+from .graph import DTYPES, Graph, Node, TensorType
+from .ops import AttrError, check_arity, infer_types, normalize_attrs, op_def
+
+_DESCRIBE = {
+    "VALUE": "a value (%name)", "SYMBOL": "a symbol (@name)", "TYPE": "a tensor type",
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
+    "$END": "end of file",
+}
+
+
+@lru_cache(maxsize=None)
+def _parser() -> Lark:
+    return Lark(grammar_path("tir.lark").read_text(), parser="lalr", propagate_positions=False,
+                maybe_placeholders=False, cache=False)
+
+
+def _loc(tok: Token) -> Loc:
+    return Loc(tok.line, tok.column)
+
+
+def _describe_terminal(name: str) -> str:
+    if name in _DESCRIBE:
+        return _DESCRIBE[name]
+    try:
+        pattern = _parser().get_terminal(name).pattern
+    except KeyError:
+        return name.lower()
+    return f"'{pattern.value}'"
+
+
+def _expected(names: set[str]) -> str:
+    items = sorted({_describe_terminal(n) for n in names})
+    if len(items) > 6:
+        items = items[:6] + ["..."]
+    return ", ".join(items)
+
+
+def _syntax_error(e: UnexpectedInput) -> TirError:
+    if isinstance(e, UnexpectedCharacters):
+        return TirError(f"unexpected character {e.char!r}, expected {_expected(e.allowed or set())}",
+                        Loc(e.line, e.column))
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        what = "end of file" if tok.type == "$END" else f"'{tok.value}'"
+        return TirError(f"unexpected {what}, expected {_expected(e.expected)}",
+                        Loc(e.line, e.column) if e.line > 0 else None)
+    if isinstance(e, UnexpectedEOF):
+        return TirError(f"unexpected end of file, expected {_expected(set(e.expected))}")
+    return TirError(str(e))
+
+
+def parse_type(tok: Token) -> TensorType:
+    """`tensor<1x64x56x56xf32>` → TensorType; `tensor<f32>` is a scalar."""
+    body = tok.value[len("tensor<"):-1].strip()
+    parts = body.split("x")
+    dtype = parts[-1]
+    if dtype not in DTYPES:
+        raise TirError(f"unknown element type '{dtype}' in {tok.value} "
+                       f"(expected one of {', '.join(DTYPES)})", _loc(tok))
+    dims = []
+    for p in parts[:-1]:
+        if not p.isdigit() or int(p) <= 0:
+            raise TirError(f"bad dimension '{p}' in {tok.value} (dimensions are positive integers)",
+                           _loc(tok))
+        dims.append(int(p))
+    return TensorType(tuple(dims), dtype)
+
+
+def _attr_value(tree: Tree) -> Any:
+    kind = tree.data
+    if kind == "list":
+        return [_attr_value(c) for c in tree.children]
+    if kind in ("true", "false"):
+        return kind == "true"
+    tok = tree.children[0]
+    if kind == "int":
+        return int(tok)
+    if kind == "float":
+        return float(tok)
+    return tok.value[1:-1]
+
+
+class _Builder:
+    """Checks statements in order and collects the Graph."""
+
+    def __init__(self) -> None:
+        self.env: dict[str, TensorType] = {}
+        self.weight_names: set[str] = set()
+        self.nodes: list[Node] = []
+
+    def define(self, tok: Token, ty: TensorType) -> None:
+        if tok.value in self.env:
+            raise TirError(f"value {tok.value} is defined twice", _loc(tok))
+        self.env[tok.value] = ty
+
+    def use(self, tok: Token) -> TensorType:
+        try:
+            return self.env[tok.value]
+        except KeyError:
+            raise TirError(f"value {tok.value} is used before it is defined", _loc(tok)) from None
+
+    def weight(self, result: Token, symbol: Token, type_tok: Token) -> None:
+        ty = parse_type(type_tok)
+        name = symbol.value[1:]
+        if name in self.weight_names:
+            raise TirError(f"weight @{name} is declared twice", _loc(symbol))
+        self.weight_names.add(name)
+        attrs = normalize_attrs(op_def("weight"), {"name": name, "shape": ty.shape,
+                                                   "dtype": ty.dtype})
+        self.define(result, ty)
+        self.nodes.append(Node("weight", (), attrs, (result.value,), (ty,), _loc(result)))
+
+    def op(self, children: list) -> None:
+        name_at = next(i for i, c in enumerate(children) if isinstance(c, Token) and c.type == "NAME")
+        results = children[:name_at]
+        op_tok = children[name_at]
+        rest = children[name_at + 1:]
+        operands = [c for c in rest if isinstance(c, Token) and c.type == "VALUE"]
+        attr_tree = next((c for c in rest if isinstance(c, Tree)), None)
+        type_toks = [c for c in rest if isinstance(c, Token) and c.type == "TYPE"]
+        loc = _loc(op_tok)
+
+        try:
+            opdef = op_def(op_tok.value)
+            if opdef.leaf:
+                raise TirError(f"op '{opdef.name}' cannot be written as a statement "
+                               f"(use a function argument or `weight @name : type`)")
+            check_arity(opdef, len(operands))
+        except TirError as e:
+            raise TirError(e.message, loc) from None
+        in_types = [self.use(t) for t in operands]
+
+        given: dict[str, Any] = {}
+        attr_locs: dict[str, Loc] = {}
+        for attr in attr_tree.children if attr_tree is not None else ():
+            key, value = attr.children
+            if key.value in given:
+                raise TirError(f"attribute '{key.value}' given twice", _loc(key))
+            given[key.value] = _attr_value(value)
+            attr_locs[key.value] = _loc(key)
+        try:
+            attrs = normalize_attrs(opdef, given)
+        except AttrError as e:
+            raise TirError(e.message, attr_locs.get(e.attr, loc)) from None
+        try:
+            out_types = infer_types(opdef.name, in_types, attrs)
+        except ShapeError as e:
+            raise ShapeError(e.message, loc) from None
+
+        if len(results) != len(out_types):
+            raise TirError(f"{opdef.name} produces {len(out_types)} result"
+                           f"{'s' if len(out_types) != 1 else ''}, but {len(results)} "
+                           f"{'are' if len(results) != 1 else 'is'} named", _loc(results[0]))
+        if type_toks:
+            if len(type_toks) != len(out_types):
+                raise TirError(f"{opdef.name} produces {len(out_types)} results, but "
+                               f"{len(type_toks)} types are declared", _loc(type_toks[0]))
+            for tok, ty in zip(type_toks, out_types):
+                declared = parse_type(tok)
+                if declared != ty:
+                    raise ShapeError(f"{opdef.name}: declared type {declared} but the op produces "
+                                     f"{ty}", _loc(tok))
+        for tok, ty in zip(results, out_types):
+            self.define(tok, ty)
+        self.nodes.append(Node(opdef.name, tuple(t.value for t in operands), attrs,
+                               tuple(t.value for t in results), tuple(out_types), loc))
+
+
+def _build(tree: Tree) -> Graph:
+    symbol, *rest = tree.children
+    args = [c for c in rest if isinstance(c, Tree) and c.data == "arg"]
+    rettypes = next(c for c in rest if isinstance(c, Tree) and c.data in ("one_type", "many_types"))
+    stmts = [c for c in rest if isinstance(c, Tree) and c.data in ("weight_stmt", "op_stmt")]
+    ret = next(c for c in rest if isinstance(c, Tree) and c.data == "ret")
+
+    b = _Builder()
+    inputs = []
+    for arg in args:
+        tok, type_tok = arg.children
+        ty = parse_type(type_tok)
+        b.define(tok, ty)
+        inputs.append((tok.value, ty))
+    for st in stmts:
+        if st.data == "weight_stmt":
+            b.weight(*st.children)
+        else:
+            b.op(st.children)
+
+    declared = [parse_type(t) for t in rettypes.children]
+    outputs = []
+    for tok in ret.children:
+        outputs.append((tok, b.use(tok)))
+    if len(outputs) != len(declared):
+        raise TirError(f"function returns {len(outputs)} value{'s' if len(outputs) != 1 else ''} "
+                       f"but its signature declares {len(declared)}", _loc(ret.children[0]))
+    for (tok, ty), want in zip(outputs, declared):
+        if ty != want:
+            raise ShapeError(f"returned value {tok.value} has type {ty}, signature says {want}",
+                             _loc(tok))
+    return Graph(symbol.value[1:], tuple(inputs), tuple(b.nodes), tuple(t.value for t, _ in outputs))
+
+
+def parse(text: str, file: str | None = None) -> Graph:
+    """Parse and check `.tir` text. Raises TirError (with file, line, column) on any mistake."""
+    try:
+        tree = _parser().parse(text)
+        return _build(tree)
+    except UnexpectedInput as e:
+        raise _syntax_error(e).located(file, text) from None
+    except TirError as e:
+        raise e.located(file, text) from None
+
+
+def load(path: str | Path) -> Graph:
+    """Parse a `.tir` file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TirError(f"cannot read file: {e.strerror}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise TirError("file is not UTF-8 text", file=str(path)) from None
+    return parse(text, str(path))
