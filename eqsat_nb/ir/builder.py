@@ -51,7 +51,9 @@ class GraphBuilder:
         self._types[v] = ty
         return v
 
-    def weight(self, shape: Sequence[int], name: str | None = None, dtype: str = "f32") -> str:
+    def weight(self, shape: Sequence[int], name: str | None = None, dtype: str = "f32",
+               value_name: str | None = None) -> str:
+        """Declare weight @name; its SSA value is %name unless `value_name` says otherwise."""
         name = name or f"w{len(self._weights)}"
         if name in self._weights:
             raise TirError(f"weight @{name} is declared twice")
@@ -59,19 +61,23 @@ class GraphBuilder:
         attrs = normalize_attrs(op_def("weight"), {"name": name, "shape": tuple(shape),
                                                    "dtype": dtype})
         ty = TensorType(tuple(int(d) for d in shape), dtype)
-        v = self._fresh(name)
+        v = self._fresh(value_name or name)
         self._nodes.append(Node("weight", (), attrs, (v,), (ty,)))
         self._types[v] = ty
         return v
 
-    def op(self, op: str, *inputs: str, name: str | None = None, **attrs: Any) -> Any:
-        """Add `op(inputs) {attrs}`; returns the result name, or a tuple for multi-result ops."""
+    def op(self, op: str, *inputs: str, name: str | None = None,
+           names: Sequence[str | None] | None = None, **attrs: Any) -> Any:
+        """Add `op(inputs) {attrs}`; returns the result name, or a tuple for multi-result ops.
+        `name` names the (first) result, `names` every result (None entries are numbered)."""
         opdef = op_def(op)
         if opdef.leaf:
             raise TirError(f"use input() or weight() for '{op}'")
         norm = normalize_attrs(opdef, attrs)
         types = infer_types(op, [self._types[v] for v in inputs], norm)
-        results = tuple(self._fresh(name if i == 0 else None) for i in range(len(types)))
+        wanted = list(names) if names is not None else [name]
+        wanted += [None] * (len(types) - len(wanted))
+        results = tuple(self._fresh(wanted[i]) for i in range(len(types)))
         self._nodes.append(Node(op, tuple(inputs), norm, results, tuple(types)))
         self._types.update(zip(results, types))
         return results if opdef.multi_result else results[0]

@@ -1,0 +1,214 @@
+"""Graph ⇄ EGraph.
+
+Graph → EGraph: one class per value; attributes become `lit` leaf children (schema order, before
+the operands), inputs and weights are `input`/`weight` nodes over (name, shape, dtype) literals, a
+split is a tuple class read by `proj(lit i, split)`. The whole graph goes in with one kernel call.
+
+EGraph + a choice of one node per class → Graph: the chosen nodes reachable from the roots, in
+the topological order that prefers older nodes (so the original choice gives back the original
+graph), with every shape re-derived by the GraphBuilder.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+from ..errors import TirError
+from ..ir.builder import GraphBuilder
+from ..ir.graph import Graph
+from ..ir.ops import OPS
+from .layout import C_HEAD, EMPTY, F_DEAD, MAXA, N_FLAGS, N_NEXT, N_OP, T_LIT, T_TUPLE
+from .store import EOP_IDS, LIT, PROJ, EGraph, EGraphError
+
+
+def graph_to_egraph(graph: Graph, eg: EGraph | None = None) -> EGraph:
+    """Load `graph` into a (new) e-graph; its outputs become the roots."""
+    eg = eg if eg is not None else EGraph(capacity=4 * len(graph.nodes) + 64)
+    ops: list[int] = []
+    payloads: list[int] = []
+    kids: list[list[int]] = []
+    types: list[int] = []
+    lit_ref: dict[tuple[str, Any], int] = {}
+    value_ref: dict[str, int] = {}
+
+    def emit(op: int, children: list[int], tid: int, payload: int = -1) -> int:
+        ops.append(op)
+        payloads.append(payload)
+        kids.append(children)
+        types.append(tid)
+        return -len(ops)           # batch reference
+
+    def lit(value: Any) -> int:
+        key = (type(value).__name__, value)
+        if key not in lit_ref:
+            lit_ref[key] = emit(LIT, [], T_LIT, eg.lits.literal(value))
+        return lit_ref[key]
+
+    def operands(op: str, attrs: tuple, inputs: tuple[str, ...]) -> list[int]:
+        children = [lit(v) for _, v in attrs] + [value_ref[v] for v in inputs]
+        if len(children) > MAXA:
+            raise EGraphError(f"{op} with {len(inputs)} operands has {len(children)} e-node "
+                              f"children; the e-graph holds at most {MAXA}")
+        return children
+
+    for name, ty in graph.inputs:
+        value_ref[name] = emit(EOP_IDS["input"], [lit(name[1:]), lit(ty.shape), lit(ty.dtype)],
+                               eg.type_id(ty))
+    for node in graph.nodes:
+        if node.op == "weight":
+            value_ref[node.results[0]] = emit(EOP_IDS["weight"], operands("weight", node.attrs, ()),
+                                              eg.type_id(node.types[0]))
+        elif OPS[node.op].multi_result:
+            tup = emit(EOP_IDS[node.op], operands(node.op, node.attrs, node.inputs), T_TUPLE)
+            for i, (r, ty) in enumerate(zip(node.results, node.types)):
+                value_ref[r] = emit(PROJ, [lit(i), tup], eg.type_id(ty))
+        else:
+            value_ref[node.results[0]] = emit(EOP_IDS[node.op],
+                                              operands(node.op, node.attrs, node.inputs),
+                                              eg.type_id(node.types[0]))
+
+    kid_arr = np.full((len(ops), MAXA), EMPTY, np.int32)
+    for i, ch in enumerate(kids):
+        kid_arr[i, : len(ch)] = ch
+    out = eg.add_batch(np.array(ops), np.array(payloads), kid_arr,
+                       np.array([len(c) for c in kids]), np.array(types))
+
+    def cls(ref: int) -> int:
+        return int(out[-ref - 1])
+
+    eg.roots = [cls(value_ref[v]) for v in graph.outputs]
+    eg.inputs = [(name, cls(value_ref[name])) for name, _ in graph.inputs]
+    eg.names = {}
+    for name, ref in value_ref.items():
+        eg.names.setdefault(cls(ref), name)
+    eg.graph_name = graph.name
+    return eg
+
+
+def original_choice(eg: EGraph) -> np.ndarray:
+    """choice[c] = the first live node of class c (for an unsaturated e-graph: its own node)."""
+    n = eg.num_nodes
+    choice = np.full(n, EMPTY, np.int64)
+    for c in eg.class_ids():
+        node = int(eg.classes[C_HEAD, c])
+        while node != EMPTY and eg.nodes[N_FLAGS, node] & F_DEAD:
+            node = int(eg.nodes[N_NEXT, node])
+        choice[c] = node
+    return choice
+
+
+def egraph_to_graph(eg: EGraph, choice: np.ndarray, name: str | None = None) -> Graph:
+    """The graph that `choice` (node id per canonical class) selects from the roots."""
+    def chosen(c: int) -> int:
+        c = eg.find(c)
+        n = int(choice[c]) if c < len(choice) else EMPTY
+        if n == EMPTY:
+            raise TirError(f"extraction chose no node for e-class {c}")
+        return n
+
+    # operand classes of every reachable chosen node (attributes are literal leaves, not operands)
+    deps: dict[int, list[int]] = {}      # chosen node → operand nodes it waits for
+    stack = [chosen(r) for r in eg.roots]
+    while stack:
+        n = stack.pop()
+        if n in deps:
+            continue
+        deps[n] = [chosen(c) for c in _operand_classes(eg, n)]
+        stack.extend(deps[n])
+
+    order = _topological(deps)
+    b = GraphBuilder(name or getattr(eg, "graph_name", "main"))
+    value: dict[int, str] = {}           # class → SSA name in the new graph
+    used_names: set[str] = set()
+
+    def fresh(c: int) -> str | None:
+        want = eg.names.get(c)
+        if want is None or want in used_names:
+            return None
+        used_names.add(want)
+        return want
+
+    for in_name, c in eg.inputs:
+        value[eg.find(c)] = b.input(eg.class_type(c).shape, eg.class_type(c).dtype, name=in_name)
+        used_names.add(in_name)
+    projs = _projections(eg, set(deps))
+    for n in order:
+        c = eg.node_class(n)
+        op = eg.op_name(n)
+        if op == "input":
+            continue
+        if op == "proj":
+            continue                      # named when its split is emitted
+        attrs, operands = _split_children(eg, n)
+        if op == "weight":
+            value[c] = b.weight(attrs["shape"], attrs["name"], attrs["dtype"], value_name=fresh(c))
+            continue
+        args = [value[eg.find(x)] for x in operands]
+        if OPS[op].multi_result:
+            outs = projs.get(n, {})
+            names = [fresh(outs[i]) if i in outs else None for i in range(len(attrs["sizes"]))]
+            results = b.op(op, *args, names=names, **attrs)
+            for i, pc in outs.items():
+                value[pc] = results[i]
+        else:
+            value[c] = b.op(op, *args, name=fresh(c), **attrs)
+    return b.build(*(value[eg.find(r)] for r in eg.roots))
+
+
+def _split_children(eg: EGraph, n: int) -> tuple[dict[str, Any], list[int]]:
+    """(attributes decoded from the literal children, operand classes) of node n."""
+    op = eg.op_name(n)
+    ch = eg.node_children(n)
+    specs = OPS[op].attrs
+    attrs = {}
+    for spec, c in zip(specs, ch):
+        lit_nodes = [m for m in eg.class_nodes(c) if eg.nodes[N_OP, m] == LIT]
+        if not lit_nodes:
+            raise EGraphError(f"{op}: attribute child e-class {c} holds no literal")
+        attrs[spec.name] = eg.literal_value(lit_nodes[0])
+    return attrs, ch[len(specs):]
+
+
+def _operand_classes(eg: EGraph, n: int) -> list[int]:
+    op = eg.op_name(n)
+    if op in ("lit", "input"):
+        return []
+    if op == "proj":
+        return [eg.node_children(n)[1]]
+    return _split_children(eg, n)[1]
+
+
+def _projections(eg: EGraph, chosen: set[int]) -> dict[int, dict[int, int]]:
+    """split node → {result index: class} over the chosen proj nodes."""
+    by_class = {eg.node_class(m): m for m in chosen}
+    out: dict[int, dict[int, int]] = {}
+    for n in chosen:
+        if eg.nodes[N_OP, n] == PROJ:
+            idx_class, tup = eg.node_children(n)
+            i = eg.literal_value(eg.class_nodes(idx_class)[0])
+            out.setdefault(by_class[eg.find(tup)], {})[i] = eg.node_class(n)
+    return out
+
+
+def _topological(deps: dict[int, list[int]]) -> list[int]:
+    """Kahn's algorithm taking the smallest ready node id first; error on a cycle."""
+    waiting = {n: len(set(d)) for n, d in deps.items()}
+    users: dict[int, list[int]] = {}
+    for n, d in deps.items():
+        for m in set(d):
+            users.setdefault(m, []).append(n)
+    ready = [n for n, k in waiting.items() if k == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        n = heapq.heappop(ready)
+        order.append(n)
+        for u in users.get(n, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(deps):
+        raise EGraphError("the chosen nodes form a cycle; no graph can be extracted")
+    return order

@@ -1,0 +1,153 @@
+"""The hash-cons: an open-addressing (linear probing) table of node ids keyed by the node's
+(op, payload, children) columns, with backward-shift deletion (no tombstones), and `add_nodes`,
+which looks a node up and creates it (with a new class) only when absent."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
+                     C_UTAIL, EMPTY, ERR_ADD_TYPE, K_CONST_LEAF, K_INPUT, M_CLASSES,
+                     M_ERR, M_ERR_A, M_ERR_B, M_NODES, M_USES, MAXA, N_CLS, N_FLAGS, N_NCH,
+                     N_NEXT, N_OP, N_PAYLOAD, T_UNKNOWN, U_NEXT, U_NODE)
+from .unionfind import find
+
+
+@njit(cache=True)
+def node_hash(nodes: np.ndarray, children: np.ndarray, n: int) -> np.uint64:
+    """Hash of node n's key as it is stored now (op, payload, children)."""
+    h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(nodes[N_OP, n])
+    h = (h ^ np.uint64(nodes[N_PAYLOAD, n] & 0xFFFFFFFF)) * np.uint64(0xBF58476D1CE4E5B9)
+    for k in range(nodes[N_NCH, n]):
+        h = (h ^ np.uint64(children[n, k])) * np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(31)
+    return h ^ (h >> np.uint64(29))
+
+
+@njit(cache=True)
+def same_key(nodes: np.ndarray, children: np.ndarray, a: int, b: int) -> bool:
+    if nodes[N_OP, a] != nodes[N_OP, b] or nodes[N_PAYLOAD, a] != nodes[N_PAYLOAD, b]:
+        return False
+    if nodes[N_NCH, a] != nodes[N_NCH, b]:
+        return False
+    for k in range(nodes[N_NCH, a]):
+        if children[a, k] != children[b, k]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> int:
+    """The node with n's key if one is stored; otherwise store n and return -1."""
+    mask = table.size - 1
+    slot = np.int64(node_hash(nodes, children, n) & np.uint64(mask))
+    while True:
+        m = table[slot]
+        if m == EMPTY:
+            table[slot] = n
+            return -1
+        if same_key(nodes, children, m, n):
+            return m
+        slot = (slot + 1) & mask
+
+
+@njit(cache=True)
+def remove(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> bool:
+    """Remove node n (hashed by its current columns); shift later entries back to fill the gap."""
+    mask = table.size - 1
+    i = np.int64(node_hash(nodes, children, n) & np.uint64(mask))
+    while table[i] != n:
+        if table[i] == EMPTY:
+            return False
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        m = table[j]
+        if m == EMPTY:
+            break
+        home = np.int64(node_hash(nodes, children, m) & np.uint64(mask))
+        if (i <= j and i < home <= j) or (i > j and (home > i or home <= j)):
+            continue
+        table[i] = m
+        i = j
+    table[i] = EMPTY
+    return True
+
+
+@njit(cache=True)
+def rehash(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n_nodes: int) -> None:
+    """Fill an empty table with every live node (used when the table grows)."""
+    for n in range(n_nodes):
+        if nodes[N_FLAGS, n] == 0:
+            lookup_or_insert(table, nodes, children, n)
+
+
+@njit(cache=True)
+def add_nodes(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
+              table: np.ndarray, meta: np.ndarray, op_kind: np.ndarray, ops: np.ndarray,
+              payloads: np.ndarray, kids: np.ndarray, nkids: np.ndarray, types: np.ndarray,
+              out: np.ndarray) -> int:
+    """Add a batch of nodes; out[i] = canonical class of node i. A child id c < 0 refers to
+    out[-c - 1], an earlier node of the same batch, so whole graphs go in one call. Capacity is
+    the caller's job. Returns the number of nodes added, or -1 on a type conflict (meta[M_ERR])."""
+    parent = classes[C_PARENT]
+    added = 0
+    for i in range(ops.size):
+        n = meta[M_NODES]
+        nodes[N_OP, n] = ops[i]
+        nodes[N_PAYLOAD, n] = payloads[i]
+        nodes[N_NCH, n] = nkids[i]
+        nodes[N_FLAGS, n] = 0
+        const = op_kind[ops[i]] == K_CONST_LEAF
+        for k in range(nkids[i]):
+            c = kids[i, k]
+            if c < 0:
+                c = out[-c - 1]
+            c = find(parent, c)
+            children[n, k] = c
+            if classes[C_CONST, c] == 0:
+                const = False
+        for k in range(nkids[i], MAXA):
+            children[n, k] = EMPTY
+        if op_kind[ops[i]] == K_INPUT:
+            const = False
+        m = lookup_or_insert(table, nodes, children, n)
+        if m >= 0:
+            c = find(parent, nodes[N_CLS, m])
+            if types[i] != T_UNKNOWN and classes[C_TYPE, c] != types[i]:
+                if classes[C_TYPE, c] != T_UNKNOWN:
+                    meta[M_ERR] = ERR_ADD_TYPE
+                    meta[M_ERR_A] = c
+                    meta[M_ERR_B] = types[i]
+                    return -1
+                classes[C_TYPE, c] = types[i]
+            out[i] = c
+            continue
+        nodes[N_CLS, n] = n
+        nodes[N_NEXT, n] = EMPTY
+        classes[C_PARENT, n] = n
+        classes[C_SIZE, n] = 1
+        classes[C_HEAD, n] = n
+        classes[C_TAIL, n] = n
+        classes[C_UHEAD, n] = EMPTY
+        classes[C_UTAIL, n] = EMPTY
+        classes[C_TYPE, n] = types[i]
+        classes[C_CONST, n] = 1 if const else 0
+        classes[C_STAMP, n] = 0
+        for k in range(nkids[i]):
+            c = children[n, k]
+            u = meta[M_USES]
+            uses[U_NODE, u] = n
+            uses[U_NEXT, u] = EMPTY
+            if classes[C_UHEAD, c] == EMPTY:
+                classes[C_UHEAD, c] = u
+            else:
+                uses[U_NEXT, classes[C_UTAIL, c]] = u
+            classes[C_UTAIL, c] = u
+            meta[M_USES] = u + 1
+        meta[M_NODES] = n + 1
+        meta[M_CLASSES] += 1
+        out[i] = n
+        added += 1
+    return added

@@ -1,0 +1,134 @@
+"""Union and egg-style deferred rebuilding.
+
+`union` merges two classes at once in the union-find (by size), splices their member and parent
+lists, merges the analysis (types must agree, constness is OR-ed) and queues the new root.
+`rebuild` then restores the invariants round by round: every parent of a queued class is taken out
+of the hash-cons, re-canonicalized and put back; a collision is a congruence, so the two classes are
+merged (queued for the next round) and the duplicate node is marked dead.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .hashcons import lookup_or_insert, remove
+from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
+                     C_UTAIL, EMPTY, ERR_TYPE_MISMATCH, F_DEAD, K_INPUT, M_CLASSES, M_ERR,
+                     M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS, N_FLAGS, N_NCH,
+                     N_NEXT, N_OP, T_UNKNOWN, U_NEXT, U_NODE)
+from .unionfind import find
+
+
+@njit(cache=True)
+def union(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.ndarray,
+          meta: np.ndarray, a: int, b: int) -> int:
+    """Merge the classes of a and b; returns the new root, or -1 on a type conflict."""
+    parent = classes[C_PARENT]
+    a = find(parent, a)
+    b = find(parent, b)
+    if a == b:
+        return a
+    ta, tb = classes[C_TYPE, a], classes[C_TYPE, b]
+    if ta != tb and ta != T_UNKNOWN and tb != T_UNKNOWN:
+        meta[M_ERR] = ERR_TYPE_MISMATCH
+        meta[M_ERR_A] = a
+        meta[M_ERR_B] = b
+        return -1
+    if classes[C_SIZE, a] < classes[C_SIZE, b]:
+        a, b = b, a
+    parent[b] = a
+    classes[C_SIZE, a] += classes[C_SIZE, b]
+    nodes[N_NEXT, classes[C_TAIL, a]] = classes[C_HEAD, b]
+    classes[C_TAIL, a] = classes[C_TAIL, b]
+    if classes[C_UHEAD, b] != EMPTY:
+        if classes[C_UHEAD, a] == EMPTY:
+            classes[C_UHEAD, a] = classes[C_UHEAD, b]
+        else:
+            uses[U_NEXT, classes[C_UTAIL, a]] = classes[C_UHEAD, b]
+        classes[C_UTAIL, a] = classes[C_UTAIL, b]
+    if classes[C_TYPE, a] == T_UNKNOWN:
+        classes[C_TYPE, a] = tb if ta == T_UNKNOWN else ta
+    classes[C_CONST, a] = classes[C_CONST, a] | classes[C_CONST, b]
+    pending[meta[M_PENDING]] = a
+    meta[M_PENDING] += 1
+    meta[M_CLASSES] -= 1
+    meta[M_UNIONS] += 1
+    return a
+
+
+@njit(cache=True)
+def union_pairs(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.ndarray,
+                meta: np.ndarray, pairs: np.ndarray) -> int:
+    """Union every row (a, b) of `pairs`; returns how many merged, -1 on a type conflict."""
+    merged = 0
+    parent = classes[C_PARENT]
+    for i in range(pairs.shape[0]):
+        if find(parent, pairs[i, 0]) == find(parent, pairs[i, 1]):
+            continue
+        if union(nodes, classes, uses, pending, meta, pairs[i, 0], pairs[i, 1]) < 0:
+            return -1
+        merged += 1
+    return merged
+
+
+@njit(cache=True)
+def _all_children_const(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray,
+                        op_kind: np.ndarray, p: int) -> bool:
+    if op_kind[nodes[N_OP, p]] == K_INPUT or nodes[N_NCH, p] == 0:
+        return False
+    for k in range(nodes[N_NCH, p]):
+        if classes[C_CONST, find(classes[C_PARENT], children[p, k])] == 0:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
+            table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
+            c: int) -> bool:
+    parent = classes[C_PARENT]
+    u = classes[C_UHEAD, c]
+    while u != EMPTY:
+        p = uses[U_NODE, u]
+        u = uses[U_NEXT, u]
+        if nodes[N_FLAGS, p] & F_DEAD:
+            continue
+        remove(table, nodes, children, p)
+        for k in range(nodes[N_NCH, p]):
+            children[p, k] = find(parent, children[p, k])
+        m = lookup_or_insert(table, nodes, children, p)
+        if m >= 0:
+            nodes[N_FLAGS, p] |= F_DEAD
+            if union(nodes, classes, uses, pending, meta, nodes[N_CLS, m], nodes[N_CLS, p]) < 0:
+                return False
+        pc = find(parent, nodes[N_CLS, p])
+        if classes[C_CONST, pc] == 0 and _all_children_const(nodes, children, classes, op_kind, p):
+            classes[C_CONST, pc] = 1
+            pending[meta[M_PENDING]] = pc
+            meta[M_PENDING] += 1
+    return True
+
+
+@njit(cache=True)
+def rebuild(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
+            table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray) -> int:
+    """Restore congruence closure and a canonical hash-cons; returns the number of repairs,
+    or -1 on a type conflict (meta[M_ERR] says which classes)."""
+    parent = classes[C_PARENT]
+    start = 0
+    repairs = 0
+    while start < meta[M_PENDING]:
+        end = meta[M_PENDING]
+        meta[M_STAMP] += 1
+        stamp = meta[M_STAMP]
+        for i in range(start, end):
+            c = find(parent, pending[i])
+            if classes[C_STAMP, c] == stamp:
+                continue
+            classes[C_STAMP, c] = stamp
+            if not _repair(nodes, children, classes, uses, table, pending, meta, op_kind, c):
+                return -1
+            repairs += 1
+        start = end
+    meta[M_PENDING] = 0
+    return repairs

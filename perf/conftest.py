@@ -1,0 +1,1 @@
+"""Benchmarks are pytest-benchmark suites; run with `pytest perf`."""
