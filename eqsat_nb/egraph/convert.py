@@ -137,11 +137,13 @@ def egraph_to_graph(eg: EGraph, choice: np.ndarray, name: str | None = None) -> 
     for n in order:
         c = eg.node_class(n)
         op = eg.op_name(n)
-        if op == "input":
-            continue
         if op == "proj":
             continue                      # named when its split is emitted
         attrs, operands = _split_children(eg, n)
+        if op == "input":
+            if c not in value:            # e-graphs read from files carry no input order
+                value[c] = b.input(attrs["shape"], attrs["dtype"], name=attrs["name"])
+            continue
         if op == "weight":
             value[c] = b.weight(attrs["shape"], attrs["name"], attrs["dtype"], value_name=fresh(c))
             continue
@@ -173,7 +175,7 @@ def _split_children(eg: EGraph, n: int) -> tuple[dict[str, Any], list[int]]:
 
 def _operand_classes(eg: EGraph, n: int) -> list[int]:
     op = eg.op_name(n)
-    if op in ("lit", "input"):
+    if op in ("lit", "input", "weight"):
         return []
     if op == "proj":
         return [eg.node_children(n)[1]]

@@ -50,7 +50,7 @@ class EGraph:
         self.children = np.full((cap, MAXA), EMPTY, np.int32)
         self.classes = np.zeros((CLASS_COLS, cap), np.int32)
         self.uses = np.zeros((2, cap * 2), np.int32)
-        self.table = np.full(_pow2(4 * cap), EMPTY, np.int32)
+        self.table = np.full(_pow2(2 * cap), EMPTY, np.int32)
         self.pending = np.zeros(2 * cap + 16, np.int32)
         self.meta = np.zeros(META_SIZE, np.int64)
         self.roots: list[int] = []
@@ -96,8 +96,8 @@ class EGraph:
             while ucap < uses_need:
                 ucap *= 2
             self.uses = _grow(self.uses, ucap, 1, 0)
-        if 2 * need > self.table.size:
-            self.table = np.full(_pow2(4 * need), EMPTY, np.int32)
+        if 2 * need > self.table.size:            # load factor stays <= 1/2
+            self.table = np.full(_pow2(2 * need), EMPTY, np.int32)
             rehash(self.table, self.nodes, self.children, self.num_nodes)
 
     # ------------------------------------------------------------------ adding
@@ -238,7 +238,9 @@ class EGraph:
         g.classes = self.classes[:, :n].copy() if n else self.classes.copy()
         g.uses = self.uses[:, :u].copy() if u else self.uses.copy()
         g.table = self.table.copy()
-        g.pending = self.pending[: max(2 * n + 16, int(self.meta[M_PENDING]))].copy()
+        queued = int(self.meta[M_PENDING])
+        g.pending = np.empty(2 * n + 16, np.int32)    # the queue's content matters only if queued
+        g.pending[:queued] = self.pending[:queued]
         g.meta = self.meta.copy()
         g.roots = list(self.roots)
         g.inputs = self.inputs

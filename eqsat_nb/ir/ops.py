@@ -168,6 +168,8 @@ def _conv2d_flops(ins: list[TensorType], outs: list[TensorType], a: dict) -> int
 def _pool(ins: list[TensorType], a: dict) -> list[TensorType]:
     (x,) = ins
     _rank(x, 4, "input")
+    if not isinstance(a["pad"], str) and any(p >= k for p, k in zip(a["pad"], a["kernel"] * 2)):
+        _fail(f"explicit pads {list(a['pad'])} must be smaller than the window {list(a['kernel'])}")
     ho, wo = spatial_out(x.shape[2:], a["kernel"], a["stride"], a["pad"])
     if ho <= 0 or wo <= 0:
         _fail(f"window {a['kernel']} does not fit input {_shape(x)}")
