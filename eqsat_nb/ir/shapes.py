@@ -9,8 +9,9 @@ Padding = str | tuple[int, int, int, int]
 def window_pads(size: int, kernel: int, stride: int, pad: str | tuple[int, int]) -> tuple[int, int]:
     """Padding (before, after) of one spatial axis.
 
-    SAME gives `ceil(size / stride)` outputs with the extra padding after (TASO, TensorFlow and
-    ONNX's SAME_UPPER agree); VALID pads nothing.
+    SAME gives `ceil(size / stride)` outputs with the odd extra pixel of padding after, as
+    TensorFlow and ONNX's SAME_UPPER do (TASO's output size is the same, but it pads
+    ceil(total/2) on both sides); VALID pads nothing.
     """
     if pad == "valid":
         return 0, 0
