@@ -14,14 +14,41 @@ from .unionfind import find
 
 
 @njit(cache=True)
-def node_hash(nodes: np.ndarray, children: np.ndarray, n: int) -> np.uint64:
-    """Hash of node n's key as it is stored now (op, payload, children)."""
-    h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(nodes[N_OP, n])
-    h = (h ^ np.uint64(nodes[N_PAYLOAD, n] & 0xFFFFFFFF)) * np.uint64(0xBF58476D1CE4E5B9)
-    for k in range(nodes[N_NCH, n]):
-        h = (h ^ np.uint64(children[n, k])) * np.uint64(0x94D049BB133111EB)
+def key_hash(op: int, payload: int, ch: np.ndarray, nch: int) -> np.uint64:
+    """Hash of a node key (op, payload, first nch children)."""
+    h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(op)
+    h = (h ^ np.uint64(payload & 0xFFFFFFFF)) * np.uint64(0xBF58476D1CE4E5B9)
+    for k in range(nch):
+        h = (h ^ np.uint64(ch[k])) * np.uint64(0x94D049BB133111EB)
         h ^= h >> np.uint64(31)
     return h ^ (h >> np.uint64(29))
+
+
+@njit(cache=True)
+def node_hash(nodes: np.ndarray, children: np.ndarray, n: int) -> np.uint64:
+    """Hash of node n's key as it is stored now."""
+    return key_hash(nodes[N_OP, n], nodes[N_PAYLOAD, n], children[n], nodes[N_NCH, n])
+
+
+@njit(cache=True)
+def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, payload: int,
+             ch: np.ndarray, nch: int) -> int:
+    """The stored node with this (canonical) key, or -1; never inserts."""
+    mask = table.size - 1
+    slot = np.int64(key_hash(op, payload, ch, nch) & np.uint64(mask))
+    while True:
+        m = table[slot]
+        if m == EMPTY:
+            return -1
+        if nodes[N_OP, m] == op and nodes[N_PAYLOAD, m] == payload and nodes[N_NCH, m] == nch:
+            same = True
+            for k in range(nch):
+                if children[m, k] != ch[k]:
+                    same = False
+                    break
+            if same:
+                return m
+        slot = (slot + 1) & mask
 
 
 @njit(cache=True)
@@ -99,7 +126,9 @@ def add_nodes(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses
         nodes[N_PAYLOAD, n] = payloads[i]
         nodes[N_NCH, n] = nkids[i]
         nodes[N_FLAGS, n] = 0
-        const = op_kind[ops[i]] == K_CONST_LEAF
+        # const: a const leaf, or an operator over (at least one, all) const children; the same
+        # rule as rebuild's _all_children_const
+        const = op_kind[ops[i]] == K_CONST_LEAF or nkids[i] > 0
         for k in range(nkids[i]):
             c = kids[i, k]
             if c < 0:

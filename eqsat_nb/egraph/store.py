@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.ops import OP_NAMES
-from .hashcons import add_nodes, rehash
+from .hashcons import add_nodes, find_key, rehash
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_TYPE, CLASS_COLS, EMPTY, ERR_TYPE_MISMATCH, F_DEAD,
                      F_FILTERED,
                      K_CONST_LEAF, K_INPUT, K_PLAIN, M_CLASSES, M_ERR, M_ERR_A, M_ERR_B,
@@ -131,6 +131,17 @@ class EGraph:
         tid = self.type_id(ty) if type_id is None else type_id
         return int(self.add_batch(np.array([EOP_IDS[op]]), np.array([payload]), kids,
                                   np.array([len(children)]), np.array([tid]))[0])
+
+    def lookup(self, op: str, children: Sequence[int] = (), payload: int = -1) -> int:
+        """The class holding node `op(children)` with this payload, or -1 (adds nothing)."""
+        ch = self.canonical(np.array(list(children) + [EMPTY] * (MAXA - len(children)), np.int32))
+        n = find_key(self.table, self.nodes, self.children, EOP_IDS[op], payload, ch,
+                     len(children))
+        return -1 if n < 0 else self.node_class(n)
+
+    def lookup_literal(self, value: Any) -> int:
+        """The class of an attribute literal if the e-graph has it, else -1."""
+        return self.lookup("lit", (), self.lits.literal(value))
 
     def add_literal(self, value: Any) -> int:
         """The class of an attribute literal (int, float, bool, str or tuple of ints)."""

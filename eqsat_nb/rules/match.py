@@ -1,0 +1,113 @@
+"""E-matching: one Numba backtracking VM runs every compiled pattern (see compile.py).
+
+Candidates come from the per-op index of the rebuilt e-graph (egraph/index.py); matches are rows of
+a flat int32 buffer: the root class, then one class per pattern variable.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..egraph.index import build_index
+from ..egraph.layout import C_PARENT, N_NCH, N_OP
+from ..egraph.store import EOP_NAMES, EGraph
+from ..egraph.unionfind import find
+from .compile import BIND, EQ, LIT, YIELD, Program
+
+
+@njit(cache=True)
+def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.ndarray,
+                cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
+                classes: np.ndarray, out: np.ndarray) -> int:
+    """Match the program at every class in `roots`; write (root, vars...) rows into `out`.
+    Returns the number of matches, or -(rows written) - 1 when `out` filled up."""
+    parent = classes[C_PARENT]
+    regs = np.empty(nregs, np.int32)
+    stack_pc = np.empty(code.shape[0], np.int32)
+    stack_pos = np.empty(code.shape[0], np.int32)
+    count = 0
+    nvars = var_regs.size
+    for r in range(roots.size):
+        regs[0] = roots[r]
+        pc = 0
+        sp = 0
+        pos = -1                      # -1: enter an instruction fresh; else resume a BIND
+        while True:
+            op = code[pc, 0]
+            ok = True
+            if op == BIND:
+                c = regs[code[pc, 3]]
+                want, nch, base = code[pc, 1], code[pc, 2], code[pc, 4]
+                p = cstart[c] if pos < 0 else pos + 1
+                end = cstart[c + 1]
+                found = -1
+                while p < end:
+                    n = cnodes[p]
+                    if nodes[N_OP, n] == want and nodes[N_NCH, n] == nch:
+                        found = p
+                        break
+                    if nodes[N_OP, n] > want:
+                        break
+                    p += 1
+                if found < 0:
+                    ok = False
+                else:
+                    n = cnodes[found]
+                    for k in range(nch):
+                        regs[base + k] = find(parent, children[n, k])
+                    stack_pc[sp] = pc
+                    stack_pos[sp] = found
+                    sp += 1
+            elif op == EQ:
+                ok = regs[code[pc, 1]] == regs[code[pc, 2]]
+            elif op == LIT:
+                ok = regs[code[pc, 1]] == code[pc, 2]
+            else:  # YIELD
+                if count >= out.shape[0]:
+                    return -count - 1
+                out[count, 0] = regs[0]
+                for v in range(nvars):
+                    out[count, 1 + v] = regs[var_regs[v]]
+                count += 1
+                ok = False               # backtrack for more
+            pos = -1
+            if ok:
+                pc += 1
+                continue
+            if sp == 0:
+                break
+            sp -= 1
+            pc = stack_pc[sp]
+            pos = stack_pos[sp]
+    return count
+
+
+class MatchIndex:
+    """The per-iteration index of a rebuilt e-graph."""
+
+    def __init__(self, eg: EGraph) -> None:
+        eg.rebuild()
+        self.eg = eg
+        self.cstart, self.cnodes, self.ostart, self.oclasses = build_index(
+            eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+
+    def classes_with(self, op_id: int) -> np.ndarray:
+        return self.oclasses[self.ostart[op_id]: self.ostart[op_id + 1]]
+
+
+def search(prog: Program, index: MatchIndex, limit: int | None = None) -> np.ndarray:
+    """All matches of `prog`: int32[m, 1 + len(prog.var_names)] (root class, then variables),
+    at most `limit` rows when given."""
+    eg = index.eg
+    roots = index.classes_with(prog.root_op)
+    cap = limit if limit is not None else max(64, 4 * roots.size)
+    while True:
+        out = np.empty((cap, 1 + len(prog.var_names)), np.int32)
+        got = run_program(prog.code, prog.nregs, prog.var_regs, roots, index.cstart,
+                          index.cnodes, eg.nodes, eg.children, eg.classes, out)
+        if got >= 0:
+            return out[:got]
+        if limit is not None:
+            return out[: -got - 1]
+        cap *= 4
+
