@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,6 +11,11 @@ import numpy as np
 
 from . import __version__
 from .errors import TirError
+
+
+def _quantity(number: str, unit: str) -> str:
+    """'1.23 M' + 'params' → '1.23 Mparams'; '144' + 'params' → '144 params'."""
+    return f"{number}{unit}" if number[-1:].isalpha() else f"{number} {unit}"
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -26,8 +32,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             continue
         s = graph_stats(graph)
         mix = ", ".join(f"{n} {op}" for op, n in s.op_counts.items())
-        print(f"{path}: ok: {s.compute_ops} ops ({mix}); {human(s.params)}params, "
-              f"{human(s.flops)}FLOPs")
+        print(f"{path}: ok: {s.compute_ops} op{'' if s.compute_ops == 1 else 's'} ({mix}); "
+              f"{_quantity(human(s.params), 'params')}, {_quantity(human(s.flops), 'FLOPs')}")
     return 1 if failed else 0
 
 
@@ -39,8 +45,11 @@ def _cmd_print(args: argparse.Namespace) -> int:
     if args.output:
         out = Path(args.output)
         if out.exists() and not args.force:
-            raise TirError(f"{out} exists; pass --force to overwrite it")
-        out.write_text(text)
+            raise TirError("file exists; pass --force to overwrite it", file=str(out))
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise TirError(f"cannot write file: {e.strerror}", file=str(out)) from None
     else:
         sys.stdout.write(text)
     return 0
@@ -99,6 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`eqsat-nb print f.tir | head`): no traceback; silence the final
+        # flush of stdout as the Python docs recommend
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):       # stdout is not a real file (tests, embedding)
+            pass
+        return 1
 
 
 if __name__ == "__main__":

@@ -38,12 +38,14 @@ class TirError(Exception):
         if self.loc is None:
             return f"{where}: error: {self.message}"
         head = f"{where}:{self.loc.line}:{self.loc.col}: error: {self.message}"
-        if not self.source:
+        if self.source is None:
             return head
-        lines = self.source.splitlines()
+        # split on "\n" only, as the lexer counts lines (str.splitlines also splits on \f, \x1c,
+        # \u2028...); the empty last piece is the end of a file that ends with a newline
+        lines = self.source.split("\n")
         if not 1 <= self.loc.line <= len(lines):
             return head
-        text = lines[self.loc.line - 1].expandtabs(1)
+        text = lines[self.loc.line - 1].rstrip("\r").expandtabs(1)
         return f"{head}\n  {text}\n  {' ' * (self.loc.col - 1)}^"
 
 

@@ -6,6 +6,7 @@ mismatch, declared type that disagrees with the inferred one) point at the offen
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ from .ops import AttrError, check_arity, infer_types, normalize_attrs, op_def
 _DESCRIBE = {
     "VALUE": "a value (%name)", "SYMBOL": "a symbol (@name)", "TYPE": "a tensor type",
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
-    "$END": "end of file",
+    "$END": "end of file", "<END-OF-FILE>": "end of file",
 }
+_TYPE_RE = re.compile(r"tensor<[^<>(){}\[\],:=%@\"\n]*>")
 
 
 @lru_cache(maxsize=None)
@@ -52,15 +54,58 @@ def _expected(names: set[str]) -> str:
     return ", ".join(items)
 
 
-def _syntax_error(e: UnexpectedInput) -> TirError:
+def _offset(text: str, line: int, col: int) -> int:
+    """The index in `text` of 1-based (line, col)."""
+    start = 0
+    for _ in range(line - 1):
+        nl = text.find("\n", start)
+        if nl < 0:
+            return len(text)
+        start = nl + 1
+    return start + col - 1
+
+
+_AFTER_END = "after the end of the function (a file holds one function)"
+
+
+def _only_end(names: set[str] | frozenset[str]) -> bool:
+    return bool(names) and set(names) <= {"$END", "<END-OF-FILE>"}
+
+
+def _syntax_error(e: UnexpectedInput, text: str) -> TirError:
     if isinstance(e, UnexpectedCharacters):
-        return TirError(f"unexpected character {e.char!r}, expected {_expected(e.allowed or set())}",
-                        Loc(e.line, e.column))
+        loc = Loc(e.line, e.column)
+        expected = _expected(e.allowed or set())
+        if _only_end(e.allowed or set()):
+            return TirError(f"unexpected character {e.char!r} {_AFTER_END}", loc)
+        if e.char == '"':
+            return TirError("unterminated string (strings end with '\"' on the same line)", loc)
+        if text.startswith("tensor<", e.pos_in_stream):
+            return TirError("malformed tensor type, expected tensor<DIMSxDTYPE> such as "
+                            "tensor<1x64x56x56xf32>", loc)
+        hint = " (comments start with //)" if e.char == "#" else ""
+        return TirError(f"unexpected character {e.char!r}, expected {expected}{hint}", loc)
     if isinstance(e, UnexpectedToken):
         tok = e.token
-        what = "end of file" if tok.type == "$END" else f"'{tok.value}'"
-        return TirError(f"unexpected {what}, expected {_expected(e.expected)}",
-                        Loc(e.line, e.column) if e.line > 0 else None)
+        expected = _expected(e.accepts or e.expected)
+        if tok.type == "$END":
+            # Lark places the end token on the last token; point just past that token instead.
+            if tok.end_line is not None and tok.end_column is not None:
+                loc = Loc(tok.end_line, tok.end_column)
+            else:               # no token at all (empty, or only comments): the end of the text
+                loc = Loc(text.count("\n") + 1, len(text) - (text.rfind("\n") + 1) + 1)
+            return TirError(f"unexpected end of file, expected {expected}", loc)
+        loc = Loc(e.line, e.column)
+        at = _offset(text, e.line, e.column)
+        if text.startswith("tensor<", at):
+            m = _TYPE_RE.match(text, at)
+            if m is None:
+                return TirError("malformed tensor type, expected tensor<DIMSxDTYPE> such as "
+                                "tensor<1x64x56x56xf32>", loc)
+            return TirError(f"unexpected type {m.group()}, expected {expected}", loc)
+        if _only_end(e.accepts or e.expected):
+            return TirError(f"unexpected '{tok.value}' {_AFTER_END}", loc)
+        return TirError(f"unexpected '{tok.value}', expected {expected}", loc)
     if isinstance(e, UnexpectedEOF):
         return TirError(f"unexpected end of file, expected {_expected(set(e.expected))}")
     return TirError(str(e))
@@ -100,21 +145,30 @@ def _attr_value(tree: Tree) -> Any:
 class _Builder:
     """Checks statements in order and collects the Graph."""
 
-    def __init__(self) -> None:
+    def __init__(self, later: dict[str, Loc] | None = None) -> None:
         self.env: dict[str, TensorType] = {}
+        self.defined_at: dict[str, Loc] = {}
+        self.later = later or {}           # where every op result is defined, for messages
         self.weight_names: set[str] = set()
         self.nodes: list[Node] = []
 
     def define(self, tok: Token, ty: TensorType) -> None:
         if tok.value in self.env:
-            raise TirError(f"value {tok.value} is defined twice", _loc(tok))
+            first = self.defined_at[tok.value]
+            raise TirError(f"value {tok.value} is defined twice (first at line {first.line}, "
+                           f"column {first.col})", _loc(tok))
         self.env[tok.value] = ty
+        self.defined_at[tok.value] = _loc(tok)
 
     def use(self, tok: Token) -> TensorType:
         try:
             return self.env[tok.value]
         except KeyError:
-            raise TirError(f"value {tok.value} is used before it is defined", _loc(tok)) from None
+            at = self.later.get(tok.value)
+            if at is None:
+                raise TirError(f"value {tok.value} is not defined", _loc(tok)) from None
+            raise TirError(f"value {tok.value} is used before its definition on line {at.line}",
+                           _loc(tok)) from None
 
     def weight(self, result: Token, symbol: Token, type_tok: Token) -> None:
         ty = parse_type(type_tok)
@@ -170,8 +224,10 @@ class _Builder:
                            f"{'are' if len(results) != 1 else 'is'} named", _loc(results[0]))
         if type_toks:
             if len(type_toks) != len(out_types):
-                raise TirError(f"{opdef.name} produces {len(out_types)} results, but "
-                               f"{len(type_toks)} types are declared", _loc(type_toks[0]))
+                raise TirError(f"{opdef.name} produces {len(out_types)} result"
+                               f"{'s' if len(out_types) != 1 else ''}, but {len(type_toks)} "
+                               f"type{'s are' if len(type_toks) != 1 else ' is'} declared",
+                               _loc(type_toks[0]))
             for tok, ty in zip(type_toks, out_types):
                 declared = parse_type(tok)
                 if declared != ty:
@@ -190,7 +246,14 @@ def _build(tree: Tree) -> Graph:
     stmts = [c for c in rest if isinstance(c, Tree) and c.data in ("weight_stmt", "op_stmt")]
     ret = next(c for c in rest if isinstance(c, Tree) and c.data == "ret")
 
-    b = _Builder()
+    later: dict[str, Loc] = {}
+    for st in stmts:
+        for c in st.children:
+            if isinstance(c, Token) and c.type == "VALUE":
+                later.setdefault(c.value, _loc(c))
+            elif isinstance(c, Token):
+                break               # results come first; the rest are operands
+    b = _Builder(later)
     inputs = []
     for arg in args:
         tok, type_tok = arg.children
@@ -223,7 +286,7 @@ def parse(text: str, file: str | None = None) -> Graph:
         tree = _parser().parse(text)
         return _build(tree)
     except UnexpectedInput as e:
-        raise _syntax_error(e).located(file, text) from None
+        raise _syntax_error(e, text).located(file, text) from None
     except TirError as e:
         raise e.located(file, text) from None
 
@@ -232,7 +295,7 @@ def load(path: str | Path) -> Graph:
     """Parse a `.tir` file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise TirError(f"cannot read file: {e.strerror}", file=str(path)) from None
     except UnicodeDecodeError:
