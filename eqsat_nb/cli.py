@@ -67,7 +67,8 @@ def _cmd_interp(args: argparse.Namespace) -> int:
         a = np.asarray(arr, dtype=np.float64)
         print(f"{name}: {ty}  sum={a.sum():.6e}  mean|x|={np.abs(a).mean():.6e}  "
               f"max|x|={np.abs(a).max():.6e}")
-    print(f"ran {sum(1 for _ in graph.compute_nodes())} ops in {elapsed:.3f} s "
+    n_ops = sum(1 for _ in graph.compute_nodes())
+    print(f"ran {n_ops} op{'' if n_ops == 1 else 's'} in {elapsed:.3f} s "
           f"(seed {args.seed}, {args.dtype})")
     return 0
 

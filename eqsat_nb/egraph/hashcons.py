@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit
 
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
-                     C_UTAIL, EMPTY, ERR_ADD_TYPE, K_CONST_LEAF, K_INPUT, M_CLASSES,
+                     C_UTAIL, EMPTY, ERR_ADD_TYPE, F_DEAD, K_CONST_LEAF, K_INPUT, M_CLASSES,
                      M_ERR, M_ERR_A, M_ERR_B, M_NODES, M_USES, MAXA, N_CLS, N_FLAGS, N_NCH,
                      N_NEXT, N_OP, N_PAYLOAD, T_UNKNOWN, U_NEXT, U_NODE)
 from .unionfind import find
@@ -104,10 +104,73 @@ def remove(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -
 
 @njit(cache=True)
 def rehash(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n_nodes: int) -> None:
-    """Fill an empty table with every live node (used when the table grows)."""
+    """Fill an empty table with every live node (used when the table grows). Live means not
+    F_DEAD: F_FILTERED nodes stay in the hash-cons (rebuild re-inserts them too)."""
     for n in range(n_nodes):
-        if nodes[N_FLAGS, n] == 0:
+        if not nodes[N_FLAGS, n] & F_DEAD:
             lookup_or_insert(table, nodes, children, n)
+
+
+@njit(cache=True)
+def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
+             table: np.ndarray, meta: np.ndarray, op_kind: np.ndarray, op: int, payload: int,
+             kids: np.ndarray, nch: int, tid: int) -> int:
+    """Add one node whose children `kids[:nch]` are class ids; returns its canonical class, or
+    -1 on a type conflict (meta[M_ERR]). Capacity is the caller's job."""
+    parent = classes[C_PARENT]
+    n = meta[M_NODES]
+    nodes[N_OP, n] = op
+    nodes[N_PAYLOAD, n] = payload
+    nodes[N_NCH, n] = nch
+    nodes[N_FLAGS, n] = 0
+    # const: a const leaf, or an operator over (at least one, all) const children; the same
+    # rule as rebuild's _all_children_const
+    const = op_kind[op] == K_CONST_LEAF or nch > 0
+    for k in range(nch):
+        c = find(parent, kids[k])
+        children[n, k] = c
+        if classes[C_CONST, c] == 0:
+            const = False
+    for k in range(nch, MAXA):
+        children[n, k] = EMPTY
+    if op_kind[op] == K_INPUT:
+        const = False
+    m = lookup_or_insert(table, nodes, children, n)
+    if m >= 0:
+        c = find(parent, nodes[N_CLS, m])
+        if tid != T_UNKNOWN and classes[C_TYPE, c] != tid:
+            if classes[C_TYPE, c] != T_UNKNOWN:
+                meta[M_ERR] = ERR_ADD_TYPE
+                meta[M_ERR_A] = c
+                meta[M_ERR_B] = tid
+                return -1
+            classes[C_TYPE, c] = tid
+        return c
+    nodes[N_CLS, n] = n
+    nodes[N_NEXT, n] = EMPTY
+    classes[C_PARENT, n] = n
+    classes[C_SIZE, n] = 1
+    classes[C_HEAD, n] = n
+    classes[C_TAIL, n] = n
+    classes[C_UHEAD, n] = EMPTY
+    classes[C_UTAIL, n] = EMPTY
+    classes[C_TYPE, n] = tid
+    classes[C_CONST, n] = 1 if const else 0
+    classes[C_STAMP, n] = 0
+    for k in range(nch):
+        c = children[n, k]
+        u = meta[M_USES]
+        uses[U_NODE, u] = n
+        uses[U_NEXT, u] = EMPTY
+        if classes[C_UHEAD, c] == EMPTY:
+            classes[C_UHEAD, c] = u
+        else:
+            uses[U_NEXT, classes[C_UTAIL, c]] = u
+        classes[C_UTAIL, c] = u
+        meta[M_USES] = u + 1
+    meta[M_NODES] = n + 1
+    meta[M_CLASSES] += 1
+    return n
 
 
 @njit(cache=True)
@@ -118,65 +181,15 @@ def add_nodes(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses
     """Add a batch of nodes; out[i] = canonical class of node i. A child id c < 0 refers to
     out[-c - 1], an earlier node of the same batch, so whole graphs go in one call. Capacity is
     the caller's job. Returns the number of nodes added, or -1 on a type conflict (meta[M_ERR])."""
-    parent = classes[C_PARENT]
-    added = 0
+    before = meta[M_NODES]
+    row = np.empty(MAXA, np.int32)
     for i in range(ops.size):
-        n = meta[M_NODES]
-        nodes[N_OP, n] = ops[i]
-        nodes[N_PAYLOAD, n] = payloads[i]
-        nodes[N_NCH, n] = nkids[i]
-        nodes[N_FLAGS, n] = 0
-        # const: a const leaf, or an operator over (at least one, all) const children; the same
-        # rule as rebuild's _all_children_const
-        const = op_kind[ops[i]] == K_CONST_LEAF or nkids[i] > 0
         for k in range(nkids[i]):
             c = kids[i, k]
-            if c < 0:
-                c = out[-c - 1]
-            c = find(parent, c)
-            children[n, k] = c
-            if classes[C_CONST, c] == 0:
-                const = False
-        for k in range(nkids[i], MAXA):
-            children[n, k] = EMPTY
-        if op_kind[ops[i]] == K_INPUT:
-            const = False
-        m = lookup_or_insert(table, nodes, children, n)
-        if m >= 0:
-            c = find(parent, nodes[N_CLS, m])
-            if types[i] != T_UNKNOWN and classes[C_TYPE, c] != types[i]:
-                if classes[C_TYPE, c] != T_UNKNOWN:
-                    meta[M_ERR] = ERR_ADD_TYPE
-                    meta[M_ERR_A] = c
-                    meta[M_ERR_B] = types[i]
-                    return -1
-                classes[C_TYPE, c] = types[i]
-            out[i] = c
-            continue
-        nodes[N_CLS, n] = n
-        nodes[N_NEXT, n] = EMPTY
-        classes[C_PARENT, n] = n
-        classes[C_SIZE, n] = 1
-        classes[C_HEAD, n] = n
-        classes[C_TAIL, n] = n
-        classes[C_UHEAD, n] = EMPTY
-        classes[C_UTAIL, n] = EMPTY
-        classes[C_TYPE, n] = types[i]
-        classes[C_CONST, n] = 1 if const else 0
-        classes[C_STAMP, n] = 0
-        for k in range(nkids[i]):
-            c = children[n, k]
-            u = meta[M_USES]
-            uses[U_NODE, u] = n
-            uses[U_NEXT, u] = EMPTY
-            if classes[C_UHEAD, c] == EMPTY:
-                classes[C_UHEAD, c] = u
-            else:
-                uses[U_NEXT, classes[C_UTAIL, c]] = u
-            classes[C_UTAIL, c] = u
-            meta[M_USES] = u + 1
-        meta[M_NODES] = n + 1
-        meta[M_CLASSES] += 1
-        out[i] = n
-        added += 1
-    return added
+            row[k] = out[-c - 1] if c < 0 else c
+        c = add_node(nodes, children, classes, uses, table, meta, op_kind, ops[i], payloads[i],
+                     row, nkids[i], types[i])
+        if c < 0:
+            return -1
+        out[i] = c
+    return meta[M_NODES] - before
