@@ -19,7 +19,8 @@ from ..errors import TirError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Graph
 from ..ir.ops import OPS
-from .layout import C_HEAD, EMPTY, F_DEAD, MAXA, N_FLAGS, N_NEXT, N_OP, T_LIT, T_TUPLE
+from .layout import (C_HEAD, C_UHEAD, EMPTY, F_DEAD, MAXA, N_FLAGS, N_NEXT, N_OP, T_LIT, T_TUPLE,
+                     U_NEXT, U_NODE)
 from .store import EOP_IDS, LIT, PROJ, EGraph, EGraphError
 
 
@@ -150,7 +151,10 @@ def egraph_to_graph(eg: EGraph, choice: np.ndarray, name: str | None = None) -> 
         args = [value[eg.find(x)] for x in operands]
         if OPS[op].multi_result:
             outs = projs.get(n, {})
-            names = [fresh(outs[i]) if i in outs else None for i in range(len(attrs["sizes"]))]
+            unused = (_unused_projections(eg, c, outs)   # results nothing chosen reads
+                      if len(outs) < len(attrs["sizes"]) else {})
+            names = [fresh(outs[i]) if i in outs else fresh(unused[i]) if i in unused else None
+                     for i in range(len(attrs["sizes"]))]
             results = b.op(op, *args, names=names, **attrs)
             for i, pc in outs.items():
                 value[pc] = results[i]
@@ -191,6 +195,24 @@ def _projections(eg: EGraph, chosen: set[int]) -> dict[int, dict[int, int]]:
             idx_class, tup = eg.node_children(n)
             i = eg.literal_value(eg.class_nodes(idx_class)[0])
             out.setdefault(by_class[eg.find(tup)], {})[i] = eg.node_class(n)
+    return out
+
+
+def _unused_projections(eg: EGraph, tup: int, used: dict[int, int]) -> dict[int, int]:
+    """{result index: class} of the live proj nodes over tuple class `tup` whose index is not in
+    `used`, so a split keeps the names of results that nothing reads."""
+    out: dict[int, int] = {}
+    u = int(eg.classes[C_UHEAD, tup])
+    while u != EMPTY:
+        p = int(eg.uses[U_NODE, u])
+        u = int(eg.uses[U_NEXT, u])
+        if eg.is_live(p) and eg.nodes[N_OP, p] == PROJ:
+            idx_class, of = eg.node_children(p)
+            lits = [m for m in eg.class_nodes(idx_class) if eg.nodes[N_OP, m] == LIT]
+            if eg.find(of) == tup and lits:
+                i = eg.literal_value(lits[0])
+                if i not in used:
+                    out.setdefault(i, eg.node_class(p))
     return out
 
 

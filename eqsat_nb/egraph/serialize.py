@@ -21,8 +21,9 @@ import numpy as np
 from ..errors import TirError
 from ..ir.graph import DTYPES, TensorType
 from ..ir.printer import format_value
-from .layout import C_TYPE, EMPTY, F_DEAD, F_FILTERED, MAXA, N_FLAGS, N_OP, N_PAYLOAD, T_LIT, T_UNKNOWN
-from .store import EOP_IDS, LIT, OPAQUE, EGraph
+from .hashcons import remove
+from .layout import C_TYPE, EMPTY, F_DEAD, F_FILTERED, MAXA, N_FLAGS, N_OP, T_LIT, T_UNKNOWN
+from .store import EOP_IDS, LIT, OPAQUE, EGraph, EGraphError
 
 
 def to_json(eg: EGraph, costs: np.ndarray | None = None) -> dict[str, Any]:
@@ -87,12 +88,9 @@ def _parse_literal(op: str) -> Any:
 
 def from_json(data: dict[str, Any], source: str = "<json>") -> tuple[EGraph, np.ndarray]:
     """An e-graph and its per-node cost array (indexed by our node ids) from a serialized dict."""
-    try:
-        raw_nodes: dict[str, dict] = data["nodes"]
-        roots = [str(r) for r in data.get("root_eclasses", [])]
-    except (KeyError, TypeError):
-        raise TirError("not a serialized e-graph: expected 'nodes' and 'root_eclasses'",
-                       file=source) from None
+    _check_format(data, source)
+    raw_nodes: dict[str, dict] = data["nodes"]
+    roots = [str(r) for r in data.get("root_eclasses", [])]
     class_data: dict[str, dict] = data.get("class_data") or {}
     eclass_of = {nid: str(nd["eclass"]) for nid, nd in raw_nodes.items()}
     members: dict[str, list[str]] = {}
@@ -142,19 +140,26 @@ def from_json(data: dict[str, Any], source: str = "<json>") -> tuple[EGraph, np.
             raise TirError(f"a node has {len(ch)} children; the e-graph holds at most {MAXA}",
                            file=source)
         kids[i, : len(ch)] = ch
-    out = eg.add_batch(np.array([e[0] for e in entries]), np.array([e[1] for e in entries]), kids,
-                       np.array([len(e[2]) for e in entries]), np.array([e[3] for e in entries]))
-    pairs = [(out[-class_ref[ec] - 1], out[-ref_of_node[nid] - 1])
-             for nid, ec in eclass_of.items()]
-    if pairs:
-        eg.union_many(np.array(pairs, np.int32))
-    for i in placeholders:
-        eg.nodes[N_FLAGS, out[i]] |= F_DEAD
-    eg.rebuild()
+    try:      # a type conflict (equal nodes or one class of two types) names the file
+        out = eg.add_batch(np.array([e[0] for e in entries]), np.array([e[1] for e in entries]),
+                           kids, np.array([len(e[2]) for e in entries]),
+                           np.array([e[3] for e in entries]))
+        # before any union every class holds exactly one node, so out[i] is entry i's node id
+        node_of_entry = out.copy()
+        pairs = [(out[-class_ref[ec] - 1], out[-ref_of_node[nid] - 1])
+                 for nid, ec in eclass_of.items()]
+        if pairs:
+            eg.union_many(np.array(pairs, np.int32))
+        for i in placeholders:           # out of the hash-cons too: it holds only live nodes
+            remove(eg.table, eg.nodes, eg.children, int(node_of_entry[i]))
+            eg.nodes[N_FLAGS, node_of_entry[i]] |= F_DEAD
+        eg.rebuild()
+    except EGraphError as e:
+        raise e.located(source, None) from None
 
     costs = np.zeros(eg.num_nodes, np.float64)
     for nid, ref in ref_of_node.items():
-        costs[_node_of_entry(eg, out, entries, -ref - 1)] = float(raw_nodes[nid].get("cost", 1.0))
+        costs[node_of_entry[-ref - 1]] = float(raw_nodes[nid].get("cost", 1.0))
     for r in roots:
         if r not in class_ref:
             raise TirError(f"root e-class {r} has no nodes", file=source)
@@ -167,13 +172,31 @@ def from_json(data: dict[str, Any], source: str = "<json>") -> tuple[EGraph, np.
     return eg, costs
 
 
-def _node_of_entry(eg: EGraph, out: np.ndarray, entries: list, i: int) -> int:
-    """Our node id for batch entry i (the node with that key, found in its class)."""
-    op, payload, _, _ = entries[i]
-    for n in eg.class_nodes(int(out[i])):
-        if eg.nodes[N_OP, n] == op and eg.nodes[N_PAYLOAD, n] == payload:
-            return n
-    return int(out[i])
+def _check_format(data: Any, source: str) -> None:
+    """TirError unless `data` has the shape from_json reads (so a bad file is no traceback)."""
+    def bad(what: str) -> TirError:
+        return TirError(f"not a serialized e-graph: {what}", file=source)
+
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
+        raise bad("expected an object with 'nodes' and 'root_eclasses'")
+    if not isinstance(data.get("root_eclasses", []), list):
+        raise bad("'root_eclasses' is not a list")
+    for nid, nd in data["nodes"].items():
+        if not isinstance(nd, dict) or "eclass" not in nd:
+            raise bad(f"node {nid} is not an object with an 'eclass'")
+        if not isinstance(nd.get("children", []), list):
+            raise bad(f"node {nid}: 'children' is not a list")
+        cost = nd.get("cost", 1.0)
+        if not isinstance(cost, (int, float)):
+            raise bad(f"node {nid}: cost {cost!r} is not a number")
+    class_data = data.get("class_data") or {}
+    if not isinstance(class_data, dict) or not all(isinstance(d, dict)
+                                                   for d in class_data.values()):
+        raise bad("'class_data' is not an object of objects")
+    inputs = data.get("inputs", [])
+    if not isinstance(inputs, list) or not all(isinstance(x, list) and len(x) == 2
+                                               for x in inputs):
+        raise bad("'inputs' is not a list of [name, e-class] pairs")
 
 
 def _class_type(eg: EGraph, data: dict, source: str) -> int:

@@ -250,7 +250,9 @@ class EGraph:
         g.uses = self.uses[:, :u].copy() if u else self.uses.copy()
         g.table = self.table.copy()
         queued = int(self.meta[M_PENDING])
-        g.pending = np.empty(2 * n + 16, np.int32)    # the queue's content matters only if queued
+        # sized for the copy's capacity (2 * capacity + 16, as `reserve` keeps it): an empty
+        # e-graph is copied whole, so its capacity is not n
+        g.pending = np.empty(2 * g.nodes.shape[1] + 16, np.int32)  # content matters only if queued
         g.pending[:queued] = self.pending[:queued]
         g.meta = self.meta.copy()
         g.roots = list(self.roots)
