@@ -73,6 +73,26 @@ def _cmd_interp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify_rules(args: argparse.Namespace) -> int:
+    from .rules.parse import load_rules
+    from .rules.verify import verify_rules
+
+    rules = load_rules(args.paths or None)
+    start = time.perf_counter()
+
+    def report(v) -> None:
+        for problem in v.problems:
+            print(f"{v.where()}: {v.rule.name}: {problem}")
+        if args.verbose and v.ok:
+            print(f"{v.where()}: {v.rule.name}: ok ({v.instances} instances, {v.seconds:.2f} s)")
+
+    verdicts = verify_rules(rules, draws=args.draws, seed=args.seed, progress=report)
+    failed = sum(not v.ok for v in verdicts)
+    print(f"{len(verdicts)} rules verified, {failed} failed "
+          f"({time.perf_counter() - start:.1f} s)")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eqsat-nb", description="Tensor-graph superoptimizer "
                                 "(equality saturation over e-graphs).")
@@ -96,6 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed for inputs and weights (default 0)")
     c.add_argument("--dtype", choices=("f32", "f64"), default="f32")
     c.set_defaults(func=_cmd_interp)
+
+    c = sub.add_parser("verify-rules", help="check rules numerically: both sides of every rule "
+                       "on random shapes with the reference interpreter (default: shipped rules)")
+    c.add_argument("paths", nargs="*", metavar="FILE_OR_DIR")
+    c.add_argument("--draws", type=int, default=4, help="instantiations per rule and direction "
+                   "(default 4)")
+    c.add_argument("--seed", type=int, default=0, help="seed for shapes and values (default 0)")
+    c.add_argument("-v", "--verbose", action="store_true", help="also list the rules that pass")
+    c.set_defaults(func=_cmd_verify_rules)
     return p
 
 

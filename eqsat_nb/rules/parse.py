@@ -71,6 +71,13 @@ def _line(text: str, line: int) -> str:
     return lines[line - 1] if 1 <= line <= len(lines) else ""
 
 
+def _slash_hint(text: str, line: int | None, e: UnexpectedToken) -> str:
+    """A hint for `a // b` written as division (it starts a comment)."""
+    if line and "//" in _line(text, line) and {"CMP", "SLASH"} & set(e.accepts or e.expected):
+        return " ('/' divides; '//' starts a comment)"
+    return ""
+
+
 def _syntax_error(e: UnexpectedInput, text: str) -> TirError:
     if isinstance(e, UnexpectedCharacters):
         loc = Loc(e.line, e.column)
@@ -87,11 +94,10 @@ def _syntax_error(e: UnexpectedInput, text: str) -> TirError:
                 loc = Loc(tok.end_line, tok.end_column)
             else:
                 loc = Loc(text.count("\n") + 1, len(text) - (text.rfind("\n") + 1) + 1)
-            return TirError(f"unexpected end of file, expected {expected}", loc)
+            return TirError(f"unexpected end of file, expected {expected}"
+                            f"{_slash_hint(text, tok.end_line, e)}", loc)
         loc = Loc(e.line, e.column)
-        hint = ""
-        if "//" in _line(text, e.line) and {"CMP", "SLASH"} & set(e.accepts or e.expected):
-            hint = " ('/' divides; '//' starts a comment)"
+        hint = _slash_hint(text, e.line, e)
         return TirError(f"unexpected '{tok.value}', expected {expected}{hint}", loc)
     if isinstance(e, UnexpectedEOF):
         return TirError(f"unexpected end of file, expected {_expected(set(e.expected))}")
@@ -188,9 +194,9 @@ class _Side:
             self._need_number(a, ch[0])
             self._need_number(b, ch[2])
             fn = _BINOPS[op.value]
+            if fn in ("floordiv", "mod") and _is_const(b) and b == 0:
+                raise TirError("division by zero", _loc(op))
             if _is_const(a) and _is_const(b):
-                if fn in ("floordiv", "mod") and b == 0:
-                    raise TirError("division by zero", _loc(op))
                 return {"add": a + b, "sub": a - b, "mul": a * b, "floordiv": a // b if b else 0,
                         "mod": a % b if b else 0}[fn]
             return Expr(fn, (a, b))
@@ -229,8 +235,8 @@ class _Side:
             check_arity(opdef, len(operands))
         except TirError as e:
             raise TirError(e.message, _loc(op_tok)) from None
-        attrs = self._attrs(opdef.name, attr_tree, op_tok)
-        return PNode(name, attrs, tuple(self.pattern(o) for o in operands))
+        kids = tuple(self.pattern(o) for o in operands)
+        return PNode(name, self._attrs(opdef.name, attr_tree, op_tok), kids)
 
     def _proj(self, op_tok: Token, base: str, index: int, operands: list, attr_tree: Any) -> PNode:
         name = op_tok.value
@@ -332,13 +338,13 @@ class _Checker:
                            f"{'s' if len(lhs) != 1 else ''} but {len(rhs)} target"
                            f"{'s' if len(rhs) != 1 else ''} (target i replaces source i)",
                            _loc(arrow))
-        sides = [("source", lhs, lhs_tree)] + ([("target of a '<=>' rule", rhs, rhs_tree)]
-                                               if bidir else [])
+        sides = [("a source pattern", lhs, lhs_tree)] + (
+            [("the target of a '<=>' rule (it is also a source)", rhs, rhs_tree)] if bidir else [])
         for which, pats, trees in sides:
             for p, t in zip(pats, trees.children):
                 if isinstance(p, Var):
-                    raise TirError(f"a {which} pattern must start with an operator, not a "
-                                   f"variable", _first_loc(t))
+                    raise TirError(f"{which} must start with an operator, not a variable",
+                                   _first_loc(t))
         conds_side = _Side()
         conds = []
         for c in where.children if where is not None else ():

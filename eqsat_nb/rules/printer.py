@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..ir.ops import OPS
-from .pattern import Cond, Expr, Lit, PNode, Pattern, Rule, Var
+from .pattern import Cond, Expr, Lit, Pattern, Rule, Var
 
 _SYM = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}
 _PREC = {"add": 1, "sub": 1, "mul": 2, "floordiv": 2, "mod": 2}
