@@ -81,9 +81,9 @@ def _cmd_verify_rules(args: argparse.Namespace) -> int:
     start = time.perf_counter()
 
     def report(v) -> None:
-        for problem in v.problems:
-            print(f"{v.where()}: {v.rule.name}: {problem}")
-        if args.verbose and v.ok:
+        if v.problems:
+            print(f"{v.where()}: {v.rule.name}: {'; '.join(v.problems)}")
+        elif args.verbose:
             print(f"{v.where()}: {v.rule.name}: ok ({v.instances} instances, {v.seconds:.2f} s)")
 
     verdicts = verify_rules(rules, draws=args.draws, seed=args.seed, progress=report)
