@@ -3,6 +3,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .jitcache import ensure_fresh_cache  # noqa: E402
+
+ensure_fresh_cache()
+
 from .errors import ShapeError, TirError  # noqa: E402
 from .ir.builder import GraphBuilder  # noqa: E402
 from .ir.graph import Graph, Node, TensorType  # noqa: E402

@@ -8,8 +8,8 @@ from numba import njit
 
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
                      C_UTAIL, EMPTY, ERR_ADD_TYPE, F_DEAD, K_CONST_LEAF, K_INPUT, M_CLASSES,
-                     M_ERR, M_ERR_A, M_ERR_B, M_NODES, M_USES, MAXA, N_CLS, N_FLAGS, N_NCH,
-                     N_NEXT, N_OP, N_PAYLOAD, T_UNKNOWN, U_NEXT, U_NODE)
+                     M_EPOCH, M_ERR, M_ERR_A, M_ERR_B, M_NODES, M_USES, MAXA, N_CLS, N_EPOCH, N_FLAGS,
+                     N_NCH, N_NEXT, N_OP, N_PAYLOAD, T_UNKNOWN, U_NEXT, U_NODE)
 from .unionfind import find
 
 
@@ -123,6 +123,7 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
     nodes[N_PAYLOAD, n] = payload
     nodes[N_NCH, n] = nch
     nodes[N_FLAGS, n] = 0
+    nodes[N_EPOCH, n] = meta[M_EPOCH]
     # const: a const leaf, or an operator over (at least one, all) const children; the same
     # rule as rebuild's _all_children_const
     const = op_kind[op] == K_CONST_LEAF or nch > 0

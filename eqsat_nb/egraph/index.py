@@ -1,11 +1,12 @@
-"""A read-only index of a rebuilt e-graph for matching: each class's live nodes sorted by op, and
-for each op the classes that contain it. Built once per saturation iteration in O(N log N)."""
+"""A read-only index of a rebuilt e-graph for matching: each class's live, unfiltered nodes sorted
+by op, and for each op the classes that contain it. Built once per saturation iteration in
+O(N log N)."""
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from .layout import C_PARENT, F_DEAD, N_CLS, N_FLAGS, N_OP
+from .layout import C_PARENT, F_DEAD, F_FILTERED, N_CLS, N_FLAGS, N_OP
 from .unionfind import find
 
 
@@ -18,7 +19,7 @@ def build_index(nodes: np.ndarray, classes: np.ndarray, n_nodes: int, n_ops: int
     keys = np.empty(n_nodes, np.int64)
     live = 0
     for n in range(n_nodes):
-        if nodes[N_FLAGS, n] & F_DEAD:
+        if nodes[N_FLAGS, n] & (F_DEAD | F_FILTERED):
             continue
         c = find(parent, nodes[N_CLS, n])
         keys[live] = (np.int64(c) * n_ops + nodes[N_OP, n]) * (n_nodes + 1) + n

@@ -7,8 +7,11 @@ parent (use) lists in `uses[col, entry]`. A class id is the id of the node that 
 MAXA = 8                  # max children of an e-node (attribute leaves + operands)
 
 # nodes[col, n]
-N_OP, N_PAYLOAD, N_CLS, N_NCH, N_NEXT, N_FLAGS = range(6)
-NODE_COLS = 6
+N_OP, N_PAYLOAD, N_CLS, N_NCH, N_NEXT, N_FLAGS, N_EPOCH = range(7)
+NODE_COLS = 7
+# N_EPOCH: meta[M_EPOCH] when the node's row (op, canonical children, class) last changed:
+# created, children re-canonicalized, or its class merged into another. A match all of whose
+# nodes are older than the previous search was found then (semi-naive matching, as egglog).
 F_DEAD = 1                # congruent duplicate removed by rebuild
 F_FILTERED = 2            # excluded by cycle filtering
 
@@ -21,7 +24,7 @@ T_LIT, T_TUPLE, T_UNKNOWN = -1, -2, -3   # C_TYPE of literal, split-tuple and un
 U_NODE, U_NEXT = range(2)
 
 # meta[i]
-M_NODES, M_USES, M_PENDING, M_CLASSES, M_ERR, M_ERR_A, M_ERR_B, M_STAMP, M_UNIONS = range(9)
+M_NODES, M_USES, M_PENDING, M_CLASSES, M_ERR, M_ERR_A, M_ERR_B, M_STAMP, M_UNIONS, M_EPOCH = range(10)
 META_SIZE = 16
 ERR_TYPE_MISMATCH = 1    # union of two typed classes: M_ERR_A, M_ERR_B are the classes
 ERR_ADD_TYPE = 2         # add found an equal node of another type: M_ERR_A class, M_ERR_B type id

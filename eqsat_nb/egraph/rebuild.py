@@ -14,8 +14,8 @@ from numba import njit
 from .hashcons import lookup_or_insert, remove
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
                      C_UTAIL, EMPTY, ERR_TYPE_MISMATCH, F_DEAD, K_INPUT, M_CLASSES, M_ERR,
-                     M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS, N_FLAGS, N_NCH,
-                     N_NEXT, N_OP, T_UNKNOWN, U_NEXT, U_NODE)
+                     M_EPOCH, M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS, N_EPOCH, N_FLAGS,
+                     N_NCH, N_NEXT, N_OP, T_UNKNOWN, U_NEXT, U_NODE)
 from .unionfind import find
 
 
@@ -38,6 +38,10 @@ def union(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.
         a, b = b, a
     parent[b] = a
     classes[C_SIZE, a] += classes[C_SIZE, b]
+    x = classes[C_HEAD, b]                # b's nodes now belong to a: their rows changed
+    while x != EMPTY:
+        nodes[N_EPOCH, x] = meta[M_EPOCH]
+        x = nodes[N_NEXT, x]
     nodes[N_NEXT, classes[C_TAIL, a]] = classes[C_HEAD, b]
     classes[C_TAIL, a] = classes[C_TAIL, b]
     if classes[C_UHEAD, b] != EMPTY:
@@ -95,7 +99,10 @@ def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
             continue
         remove(table, nodes, children, p)
         for k in range(nodes[N_NCH, p]):
-            children[p, k] = find(parent, children[p, k])
+            kid = find(parent, children[p, k])
+            if kid != children[p, k]:
+                children[p, k] = kid
+                nodes[N_EPOCH, p] = meta[M_EPOCH]
         m = lookup_or_insert(table, nodes, children, p)
         if m >= 0:
             nodes[N_FLAGS, p] |= F_DEAD

@@ -35,9 +35,11 @@ class Program:
     checks: tuple[tuple[str, Expr], ...]   # hidden variable → expression it must equal
 
 
-def compile_pattern(p: PNode, literal_class: Callable[[object], int]) -> Program:
+def compile_pattern(p: PNode, literal_class: Callable[[object], int],
+                    hidden_prefix: str = "$check") -> Program:
     """Compile a source pattern. `literal_class(value)` gives the e-class of a literal, or -1 when
-    the e-graph does not hold it (the program then cannot match)."""
+    the e-graph does not hold it (the program then cannot match). Hidden check variables are
+    named `hidden_prefix` + a number (give each source of a multi rule its own prefix)."""
     if not isinstance(p, PNode):
         raise ValueError("a source pattern must start with an operator")
     code: list[tuple[int, int, int, int, int]] = []
@@ -62,7 +64,7 @@ def compile_pattern(p: PNode, literal_class: Callable[[object], int]) -> Program
                 else:
                     var_reg[kid.name] = r
             elif isinstance(kid, Expr):
-                hidden = f"$check{len(checks)}"
+                hidden = f"{hidden_prefix}{len(checks)}"
                 var_reg[hidden] = r
                 checks.append((hidden, kid))
             else:

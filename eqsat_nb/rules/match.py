@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 
 from ..egraph.index import build_index
-from ..egraph.layout import C_PARENT, N_NCH, N_OP
+from ..egraph.layout import C_PARENT, N_EPOCH, N_NCH, N_OP
 from ..egraph.store import EOP_NAMES, EGraph
 from ..egraph.unionfind import find
 from .compile import BIND, EQ, LIT, YIELD, Program
@@ -18,8 +18,10 @@ from .compile import BIND, EQ, LIT, YIELD, Program
 @njit(cache=True)
 def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.ndarray,
                 cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
-                classes: np.ndarray, out: np.ndarray) -> int:
+                classes: np.ndarray, since: int, out: np.ndarray) -> int:
     """Match the program at every class in `roots`; write (root, vars...) rows into `out`.
+    Only matches using a node whose row changed at epoch >= `since` are written (semi-naive:
+    a match of unchanged rows was found, and applied, by the previous search).
     Returns the number of matches, or -(rows written) - 1 when `out` filled up."""
     parent = classes[C_PARENT]
     regs = np.empty(nregs, np.int32)
@@ -63,12 +65,18 @@ def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.nd
             elif op == LIT:
                 ok = regs[code[pc, 1]] == code[pc, 2]
             else:  # YIELD
-                if count >= out.shape[0]:
-                    return -count - 1
-                out[count, 0] = regs[0]
-                for v in range(nvars):
-                    out[count, 1 + v] = regs[var_regs[v]]
-                count += 1
+                fresh = since <= 0
+                for q in range(sp):
+                    if fresh:
+                        break
+                    fresh = nodes[N_EPOCH, cnodes[stack_pos[q]]] >= since
+                if fresh:
+                    if count >= out.shape[0]:
+                        return -count - 1
+                    out[count, 0] = regs[0]
+                    for v in range(nvars):
+                        out[count, 1 + v] = regs[var_regs[v]]
+                    count += 1
                 ok = False               # backtrack for more
             pos = -1
             if ok:
@@ -95,16 +103,17 @@ class MatchIndex:
         return self.oclasses[self.ostart[op_id]: self.ostart[op_id + 1]]
 
 
-def search(prog: Program, index: MatchIndex, limit: int | None = None) -> np.ndarray:
+def search(prog: Program, index: MatchIndex, limit: int | None = None,
+           since: int = 0) -> np.ndarray:
     """All matches of `prog`: int32[m, 1 + len(prog.var_names)] (root class, then variables),
-    at most `limit` rows when given."""
+    at most `limit` rows when given; with `since` > 0 only those new since that epoch."""
     eg = index.eg
     roots = index.classes_with(prog.root_op)
     cap = limit if limit is not None else max(64, 4 * roots.size)
     while True:
         out = np.empty((cap, 1 + len(prog.var_names)), np.int32)
         got = run_program(prog.code, prog.nregs, prog.var_regs, roots, index.cstart,
-                          index.cnodes, eg.nodes, eg.children, eg.classes, out)
+                          index.cnodes, eg.nodes, eg.children, eg.classes, since, out)
         if got >= 0:
             return out[:got]
         if limit is not None:

@@ -1,0 +1,48 @@
+"""Keeps Numba's on-disk cache honest.
+
+Numba invalidates a cached kernel only when *its own* source file changes; a kernel that calls a
+kernel from another module keeps the callee's old code compiled in. So on import we fingerprint
+every source file of the package and, when the fingerprint differs from the one stored beside the
+cache, delete this package's cache entries before any kernel loads.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def _cache_dirs() -> list[Path]:
+    """Folders where Numba keeps this package's cache files (*.nbi, *.nbc)."""
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    if root:
+        # Numba mirrors the source tree below NUMBA_CACHE_DIR
+        return [p for p in Path(root).rglob("eqsat_nb") if p.is_dir()]
+    return [p for p in PACKAGE.rglob("__pycache__") if p.is_dir()]
+
+
+def source_fingerprint() -> str:
+    h = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        h.update(path.relative_to(PACKAGE).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def ensure_fresh_cache() -> None:
+    """Drop stale compiled kernels when any source file changed since they were cached."""
+    try:
+        stamp_dir = Path(os.environ.get("NUMBA_CACHE_DIR") or PACKAGE / "__pycache__")
+        stamp = stamp_dir / "eqsat_nb.jitstamp"
+        current = source_fingerprint()
+        if stamp.exists() and stamp.read_text() == current:
+            return
+        for folder in _cache_dirs():
+            for f in list(folder.glob("*.nbi")) + list(folder.glob("*.nbc")):
+                f.unlink(missing_ok=True)
+        stamp_dir.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(current)
+    except OSError:
+        pass          # a read-only install: Numba then compiles in memory, which is still correct

@@ -1,0 +1,144 @@
+"""Multi-pattern rules: the matches of each source pattern are joined on their shared variables
+with a sort-merge hash join (never a filtered Cartesian product).
+
+Each distinct source pattern is searched once per iteration however many rules use it
+(`canonical_key` names a pattern up to variable renaming); a pair whose two roots are the same
+class is dropped, and for a symmetric rule (swapping the sources, with a renaming of variables,
+gives the same rule back) only one ordering of each pair is kept.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from .pattern import Lit, PNode, Pattern, Var
+
+
+@njit(cache=True)
+def _row_keys(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    keys = np.empty(rows.shape[0], np.int64)
+    for i in range(rows.shape[0]):
+        h = np.uint64(0x9E3779B97F4A7C15)
+        for c in cols:
+            h = (h ^ np.uint64(rows[i, c])) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(31)
+        keys[i] = np.int64(h >> np.uint64(1))
+    return keys
+
+
+@njit(cache=True)
+def join_pairs(a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray, drop_same_root: bool,
+               ordered: bool, limit: int) -> np.ndarray:
+    """Index pairs (i, j) with a[i, ca] == b[j, cb] (all shared columns equal), at most `limit`.
+    With no shared columns every pair joins (bounded by `limit`)."""
+    ka = _row_keys(a, ca)
+    kb = _row_keys(b, cb)
+    oa = np.argsort(ka)
+    ob = np.argsort(kb)
+    out = np.empty((min(limit, 1024), 2), np.int64)
+    n = 0
+    j0 = 0
+    for ii in range(oa.size):
+        i = oa[ii]
+        while j0 < ob.size and kb[ob[j0]] < ka[i]:
+            j0 += 1
+        jj = j0
+        while jj < ob.size and kb[ob[jj]] == ka[i]:
+            j = ob[jj]
+            jj += 1
+            same = True
+            for c in range(ca.size):
+                if a[i, ca[c]] != b[j, cb[c]]:
+                    same = False
+                    break
+            if not same:
+                continue
+            if drop_same_root and a[i, 0] == b[j, 0]:
+                continue
+            if ordered and a[i, 0] > b[j, 0]:
+                continue
+            if n == out.shape[0]:
+                if n >= limit:
+                    return out[:n]
+                grown = np.empty((min(2 * n, limit), 2), np.int64)
+                grown[:n] = out[:n]
+                out = grown
+            out[n, 0] = i
+            out[n, 1] = j
+            n += 1
+    return out[:n]
+
+
+def join(matches: list[np.ndarray], var_names: list[tuple[str, ...]], symmetric: bool,
+         limit: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Join two sources' match rows (root, vars...). Returns rows (root0, root1, union vars...)
+    and the union variable names."""
+    if len(matches) != 2:
+        raise NotImplementedError("multi-pattern rules with more than two sources")
+    (a, b), (va, vb) = matches, var_names
+    shared = [v for v in va if v in vb]
+    ca = np.array([1 + va.index(v) for v in shared], np.int64)
+    cb = np.array([1 + vb.index(v) for v in shared], np.int64)
+    pairs = join_pairs(a, b, ca, cb, True, symmetric, limit)
+    extra = [v for v in vb if v not in va]
+    cols_b = [1 + vb.index(v) for v in extra]
+    rows = np.empty((len(pairs), 2 + len(va) + len(extra)), np.int32)
+    rows[:, 0] = a[pairs[:, 0], 0]
+    rows[:, 1] = b[pairs[:, 1], 0]
+    rows[:, 2: 2 + len(va)] = a[pairs[:, 0], 1:]
+    if extra:
+        rows[:, 2 + len(va):] = b[pairs[:, 1]][:, cols_b]
+    return rows, tuple(va) + tuple(extra)
+
+
+def canonical_key(p: Pattern) -> tuple[Any, dict[str, str]]:
+    """A hashable key of the pattern up to variable renaming, and the renaming used
+    (original name → canonical name ?0, ?1, ... in first-occurrence order)."""
+    names: dict[str, str] = {}
+
+    def walk(q: Any) -> Any:
+        if isinstance(q, Var):
+            names.setdefault(q.name, f"{len(names)}")
+            return ("var", names[q.name])
+        if isinstance(q, Lit):
+            return ("lit", type(q.value).__name__, q.value)
+        if isinstance(q, PNode):
+            return (q.op, tuple((k, walk(v)) for k, v in q.attrs),
+                    tuple(walk(o) for o in q.operands))
+        return ("expr", repr(q))
+
+    return walk(p), names
+
+
+def is_symmetric(lhs: tuple[Pattern, ...], rhs: tuple[Pattern, ...]) -> bool:
+    """True when swapping the two sources (and their targets) under some renaming of variables
+    gives back the same rule, so (m1, m2) and (m2, m1) apply the same rewrite."""
+    if len(lhs) != 2:
+        return False
+    k0, r0 = canonical_key(lhs[0])
+    k1, r1 = canonical_key(lhs[1])
+    if k0 != k1:
+        return False
+    # the renaming that maps source 0 onto source 1 (and, as a swap, back)
+    swap = {a: b for a, b in _pairs(r0, r1)}
+    swap.update({b: a for a, b in _pairs(r0, r1)})
+    return (_rename(lhs[0], swap) == lhs[1] and _rename(lhs[1], swap) == lhs[0]
+            and _rename(rhs[0], swap) == rhs[1] and _rename(rhs[1], swap) == rhs[0])
+
+
+def _pairs(r0: dict[str, str], r1: dict[str, str]) -> list[tuple[str, str]]:
+    inv1 = {canon: name for name, canon in r1.items()}
+    return [(name, inv1[canon]) for name, canon in r0.items()]
+
+
+def _rename(p: Any, m: dict[str, str]) -> Any:
+    if isinstance(p, Var):
+        return Var(m.get(p.name, p.name))
+    if isinstance(p, PNode):
+        return PNode(p.op, tuple((k, _rename(v, m)) for k, v in p.attrs),
+                     tuple(_rename(o, m) for o in p.operands))
+    if hasattr(p, "fn") and hasattr(p, "args"):
+        return type(p)(p.fn, tuple(_rename(a, m) for a in p.args))
+    return p

@@ -1,0 +1,149 @@
+"""Keeping the e-graph acyclic, as TENSAT does, so that every choice of nodes is a DAG.
+
+Before applying: a match is skipped when a class its right-hand side reads (a variable) can reach
+the class it would be merged into — that union would close a cycle. TENSAT keeps a descendant
+set per class; we keep a height per class (longest path to a leaf) and search down from the
+variable only through classes higher than the root, which answers the same question exactly.
+After applying and rebuilding: a DFS finds the cycles the iteration's unions still made, and the
+newest node on each is filtered (excluded from matching and extraction).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..egraph.layout import C_PARENT, F_FILTERED, N_FLAGS, N_NCH
+from ..egraph.unionfind import find
+
+
+@njit(cache=True)
+def heights(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
+            classes: np.ndarray, filtered_out: np.ndarray) -> np.ndarray:
+    """height[c] = 1 + max height of the classes c's unfiltered nodes point to (0 for leaves),
+    over canonical classes. On a cycle, writes one filtered node id per found cycle into
+    `filtered_out` (the newest node on the cycle, which is also flagged F_FILTERED) and returns
+    the heights computed without it; filtered_out[0] = -1 when the graph was acyclic."""
+    n = cstart.size - 1
+    parent = classes[C_PARENT]
+    height = np.full(n, -1, np.int64)
+    state = np.zeros(n, np.int8)            # 0 new, 1 on the stack, 2 done
+    st_class = np.empty(n, np.int64)
+    st_pos = np.empty(n, np.int64)          # index into cnodes of the node being walked
+    st_kid = np.empty(n, np.int64)          # child index within that node
+    found = 0
+    filtered_out[0] = -1
+    restart = True
+    while restart:
+        restart = False
+        state[:] = 0
+        for root in range(n):
+            if cstart[root] == cstart[root + 1] or state[root] != 0:
+                continue
+            sp = 0
+            st_class[0], st_pos[0], st_kid[0] = root, cstart[root], 0
+            state[root] = 1
+            height[root] = 0
+            while sp >= 0:
+                c = st_class[sp]
+                p = st_pos[sp]
+                if p >= cstart[c + 1]:
+                    state[c] = 2
+                    sp -= 1
+                    if sp >= 0:
+                        up = st_class[sp]
+                        if height[c] + 1 > height[up]:
+                            height[up] = height[c] + 1
+                    continue
+                node = cnodes[p]
+                if nodes[N_FLAGS, node] & F_FILTERED or st_kid[sp] >= nodes[N_NCH, node]:
+                    st_pos[sp] = p + 1
+                    st_kid[sp] = 0
+                    continue
+                kid = find(parent, children[node, st_kid[sp]])
+                st_kid[sp] += 1
+                if state[kid] == 2:
+                    if height[kid] + 1 > height[c]:
+                        height[c] = height[kid] + 1
+                elif state[kid] == 0:
+                    sp += 1
+                    st_class[sp], st_pos[sp], st_kid[sp] = kid, cstart[kid], 0
+                    state[kid] = 1
+                    height[kid] = 0
+                else:                               # back edge: a cycle kid → ... → c → kid
+                    newest = node
+                    for f in range(sp, -1, -1):
+                        m = cnodes[st_pos[f]]
+                        if m > newest:
+                            newest = m
+                        if st_class[f] == kid:
+                            break
+                    nodes[N_FLAGS, newest] |= F_FILTERED
+                    if found < filtered_out.size:
+                        filtered_out[found] = newest
+                        if found + 1 < filtered_out.size:
+                            filtered_out[found + 1] = -1
+                    found += 1
+                    restart = True
+                    break
+            if restart:
+                break
+    return height
+
+
+@njit(cache=True)
+def would_cycle(root: int, var: int, height: np.ndarray, cstart: np.ndarray, cnodes: np.ndarray,
+                nodes: np.ndarray, children: np.ndarray, classes: np.ndarray,
+                mark: np.ndarray, stamp: int, stack: np.ndarray) -> bool:
+    """Can class `root` be reached from class `var` through unfiltered nodes? (Then merging a
+    node that reads `var` into `root` closes a cycle.) Searches only classes higher than root."""
+    parent = classes[C_PARENT]
+    if var == root:
+        return True
+    if height[var] <= height[root]:
+        return False
+    sp = 0
+    stack[0] = var
+    mark[var] = stamp
+    while sp >= 0:
+        c = stack[sp]
+        sp -= 1
+        for p in range(cstart[c], cstart[c + 1]):
+            node = cnodes[p]
+            if nodes[N_FLAGS, node] & F_FILTERED:
+                continue
+            for k in range(nodes[N_NCH, node]):
+                kid = find(parent, children[node, k])
+                if kid == root:
+                    return True
+                if mark[kid] != stamp and height[kid] > height[root]:
+                    mark[kid] = stamp
+                    sp += 1
+                    stack[sp] = kid
+    return False
+
+
+@njit(cache=True)
+def cycle_mask(matches: np.ndarray, n_roots: int, var_cols: np.ndarray, height: np.ndarray,
+               cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
+               classes: np.ndarray) -> np.ndarray:
+    """keep[m] is False when applying match m would merge a class its targets read into one of
+    its roots' ancestors-or-self (a cycle)."""
+    parent = classes[C_PARENT]
+    n = cstart.size - 1
+    mark = np.zeros(n, np.int64)
+    stack = np.empty(n + 1, np.int64)
+    keep = np.ones(matches.shape[0], np.bool_)
+    stamp = 0
+    for m in range(matches.shape[0]):
+        for r in range(n_roots):
+            root = find(parent, matches[m, r])
+            for v in var_cols:
+                stamp += 1
+                if would_cycle(root, find(parent, matches[m, v]), height, cstart, cnodes, nodes,
+                               children, classes, mark, stamp, stack):
+                    keep[m] = False
+                    break
+            if not keep[m]:
+                break
+    return keep
+

@@ -1,0 +1,250 @@
+"""Equality saturation with TENSAT's schedule.
+
+Each iteration searches every rule on the rebuilt e-graph (each distinct source pattern once),
+drops matches that would close a cycle, applies the rest (shape-checked, see rules/apply.py),
+rebuilds, and filters the newest node of any cycle the unions still made. Multi-pattern rules run
+only in the first `k_multi` iterations. The run stops when an iteration changes nothing
+(saturated) or at the node, iteration or time limit.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..egraph.index import build_index
+from ..egraph.layout import M_EPOCH, MAXA
+from ..egraph.shapes_nb import shape_consts
+from ..egraph.store import EOP_NAMES, OP_KIND, EGraph, EGraphError
+from ..rules.apply import Applier, apply_matches, compile_applier
+from ..rules.compile import Program, compile_pattern
+from ..rules.match import MatchIndex, search
+from ..rules.multi import canonical_key, is_symmetric, join
+from ..rules.pattern import Rule
+from .cycles import cycle_mask, heights
+
+
+@dataclass(frozen=True)
+class Limits:
+    """TENSAT's defaults: 50 000 nodes, 15 iterations, multi-pattern rules in iteration 1 only."""
+
+    node_limit: int = 50_000
+    iter_limit: int = 15
+    time_limit: float = 3600.0
+    k_multi: int = 1
+    multi_match_limit: int = 1_000_000   # pairs per multi rule and iteration
+    filter_cycles: bool = True
+    incremental: bool = True     # search only for matches that involve something new
+
+
+@dataclass
+class RuleStats:
+    matches: int = 0
+    applied: int = 0
+    rejected_condition: int = 0
+    rejected_shape: int = 0
+    rejected_cycle: int = 0
+    merged: int = 0
+
+
+@dataclass
+class Iteration:
+    index: int
+    nodes: int
+    classes: int
+    filtered: int
+    search_s: float
+    apply_s: float
+    rebuild_s: float
+    filter_s: float
+    rules: dict[str, RuleStats] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    iterations: list[Iteration]
+    stop_reason: str
+    seconds: float
+
+    @property
+    def applied(self) -> dict[str, int]:
+        """Applications per rule over the whole run (rules that fired)."""
+        out: dict[str, int] = {}
+        for it in self.iterations:
+            for name, st in it.rules.items():
+                if st.applied:
+                    out[name] = out.get(name, 0) + st.applied
+        return out
+
+
+@dataclass
+class _Compiled:
+    name: str
+    sources: tuple                   # source patterns
+    applier: Applier
+    symmetric: bool
+    var_names: tuple[str, ...]       # columns after the roots
+    per_source_vars: list[tuple[str, ...]]
+
+    @property
+    def is_multi(self) -> bool:
+        return len(self.sources) > 1
+
+
+def compile_rules(rules: Sequence[Rule], eg: EGraph) -> list[_Compiled]:
+    """Compile every direction of every rule against `eg` (adds the literals targets mention)."""
+    out = []
+    for rule in rules:
+        for name, lhs, rhs in rule.directions():
+            dry = [compile_pattern(p, lambda v: -1, f"$check{s}_") for s, p in enumerate(lhs)]
+            per_source = [p.var_names for p in dry]
+            names: list[str] = []
+            for vs in per_source:
+                names += [v for v in vs if v not in names]
+            checks = tuple(c for p in dry for c in p.checks)
+            try:
+                applier = compile_applier(name, tuple(names), rhs, rule.conds, checks, eg)
+            except EGraphError:
+                raise
+            except Exception as e:                          # name the rule in the message
+                raise type(e)(f"rule {name}: {e}") from None
+            out.append(_Compiled(name, lhs, applier, is_symmetric(lhs, rhs), tuple(names),
+                                 per_source))
+    return out
+
+
+def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
+             progress: Callable[[Iteration], None] | None = None) -> Report:
+    """Run equality saturation on `eg` in place."""
+    start = time.perf_counter()
+    compiled = compile_rules(rules, eg)
+    iterations: list[Iteration] = []
+    stop = "iteration limit"
+    for it in range(limits.iter_limit):
+        if time.perf_counter() - start > limits.time_limit:
+            stop = "time limit"
+            break
+        before = (eg.num_nodes, eg.num_unions)
+        t0 = time.perf_counter()
+        index = MatchIndex(eg)
+        height = None
+        if limits.filter_cycles:
+            found = np.full(1, -1, np.int64)
+            height = heights(index.cstart, index.cnodes, eg.nodes, eg.children, eg.classes, found)
+        since = it if limits.incremental and it > 0 else 0
+        found_matches = _search_all(compiled, eg, index, it < limits.k_multi, limits, since)
+        eg.meta[M_EPOCH] = it + 1         # what this iteration adds or merges is new next time
+        t1 = time.perf_counter()
+        stats: dict[str, RuleStats] = {}
+        consts = shape_consts(eg.lits)
+        hit_limit = False
+        pending_unions: list[np.ndarray] = []
+        for rule in compiled:
+            if rule.name not in found_matches:
+                continue
+            rows = found_matches[rule.name]
+            st = stats[rule.name] = RuleStats(matches=len(rows))
+            if height is not None and len(rows):
+                var_cols = np.arange(len(rule.sources), rows.shape[1], dtype=np.int64)
+                keep = cycle_mask(rows, len(rule.sources), var_cols, height, index.cstart,
+                                  index.cnodes, eg.nodes, eg.children, eg.classes)
+                st.rejected_cycle = int(len(rows) - keep.sum())
+                rows = rows[keep]
+            if len(rows):
+                pending_unions.append(_apply(eg, rule.applier, rows, consts, st))
+            if eg.num_nodes > limits.node_limit:
+                hit_limit = True
+                break
+        t2 = time.perf_counter()
+        for pairs in pending_unions:
+            eg.union_many(pairs)
+        eg.rebuild()
+        t3 = time.perf_counter()
+        n_filtered = 0
+        if limits.filter_cycles:
+            cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+            found = np.full(4096, -1, np.int64)
+            heights(cstart, cnodes, eg.nodes, eg.children, eg.classes, found)
+            n_filtered = int(np.sum(found >= 0))
+        t4 = time.perf_counter()
+        record = Iteration(it + 1, eg.num_nodes, eg.num_classes, n_filtered, t1 - t0, t2 - t1,
+                           t3 - t2, t4 - t3, stats)
+        iterations.append(record)
+        if progress is not None:
+            progress(record)
+        if hit_limit:
+            stop = "node limit"
+            break
+        if (eg.num_nodes, eg.num_unions) == before:
+            stop = "saturated"
+            break
+    return Report(iterations, stop, time.perf_counter() - start)
+
+
+def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_multi: bool,
+                limits: Limits, since: int) -> dict[str, np.ndarray]:
+    """Match rows per rule direction; each distinct source pattern is searched once."""
+    cache: dict[object, tuple[np.ndarray, dict[str, str]]] = {}
+
+    def matches_of(pattern, prefix: str) -> tuple[np.ndarray, tuple[str, ...]]:
+        key, renaming = canonical_key(pattern)
+        hit = cache.get((key, prefix))
+        if hit is None:
+            prog: Program = compile_pattern(pattern, eg.lookup_literal, prefix)
+            hit = (search(prog, index, since=since), prog.var_names, renaming)
+            cache[(key, prefix)] = hit
+        rows, names, original = hit
+        # the cached rows are named after the pattern that was compiled first; rename
+        back = {canon: name for name, canon in renaming.items()}
+        first = {name: canon for name, canon in original.items()}
+        return rows, tuple(back.get(first.get(n, n), n) for n in names)
+
+    out: dict[str, np.ndarray] = {}
+    for rule in compiled:
+        if rule.is_multi and not with_multi:
+            continue
+        per = [matches_of(p, f"$check{s}_") for s, p in enumerate(rule.sources)]
+        if not rule.is_multi:
+            rows, names = per[0]
+            out[rule.name] = _reorder(rows, names, rule.var_names, 1)
+            continue
+        rows, names = join([p[0] for p in per], [p[1] for p in per], rule.symmetric,
+                           limits.multi_match_limit)
+        out[rule.name] = _reorder(rows, names, rule.var_names, len(rule.sources))
+    return out
+
+
+def _reorder(rows: np.ndarray, names: tuple[str, ...], want: tuple[str, ...],
+             n_roots: int) -> np.ndarray:
+    """Columns (roots..., vars in `want` order) from rows whose vars are in `names` order."""
+    if names == want:
+        return rows
+    cols = list(range(n_roots)) + [n_roots + names.index(v) for v in want]
+    return np.ascontiguousarray(rows[:, cols])
+
+
+def _apply(eg: EGraph, applier: Applier, rows: np.ndarray, consts: np.ndarray,
+           st: RuleStats) -> np.ndarray:
+    """Add the targets of every match; returns the class pairs to merge."""
+    grow = len(rows) * max(applier.new_nodes, 1)
+    eg.reserve(grow, grow * MAXA)
+    eg.lits.reserve(grow)
+    stats = np.zeros(3, np.int64)
+    unions = np.empty((len(rows) * len(applier.targets), 2), np.int32)
+    got = apply_matches(eg.nodes, eg.children, eg.classes, eg.uses, eg.table, eg.pending, eg.meta,
+                        OP_KIND, eg.lits.rows, eg.lits.table, eg.lits.count, consts,
+                        applier.build, applier.targets, applier.expr_code, applier.exprs,
+                        applier.conds, applier.checks, np.ascontiguousarray(rows, np.int32),
+                        stats, unions)
+    if got < 0:
+        try:
+            eg._raise_kernel_error()
+        except EGraphError as e:
+            raise EGraphError(f"rule {applier.name}: {e.message}") from None
+    st.applied += int(stats[0])
+    st.rejected_condition += int(stats[1])
+    st.rejected_shape += int(stats[2])
+    st.merged += got
+    return unions[:got]
