@@ -310,3 +310,19 @@ def test_random_graphs_round_trip(graph):
     check_graph(graph)
     text = assert_round_trips(graph)
     check_graph(parse(text))
+
+
+def test_builder_never_reuses_a_name_within_one_node():
+    """An explicit name that equals the next automatic one must not be handed out twice."""
+    from eqsat_nb.ir.builder import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.input((2, 4))
+    first, second = b.op("split", x, axis=1, sizes=(2, 2), names=["%0", None])
+    assert first == "%0" and second != first
+    g = b.build(first, second)
+    assert parse(print_graph(g)) == g
+    b = GraphBuilder()
+    x = b.input((2, 4))
+    first, second = b.op("split", x, axis=1, sizes=(2, 2), names=[None, "%0"])
+    assert second == "%0" and first != second

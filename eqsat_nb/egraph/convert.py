@@ -126,7 +126,7 @@ def egraph_to_graph(eg: EGraph, choice: np.ndarray, name: str | None = None) -> 
 
     def fresh(c: int) -> str | None:
         want = eg.names.get(c)
-        if want is None or want in used_names:
+        if want is None or want in used_names or b.defines(want):
             return None
         used_names.add(want)
         return want

@@ -26,17 +26,21 @@ class GraphBuilder:
         self._weights: set[str] = set()
         self._counter = 0
 
-    def _fresh(self, hint: str | None) -> str:
+    def _fresh(self, hint: str | None, reserved: frozenset[str] = frozenset()) -> str:
         if hint is not None:
             name = hint if hint.startswith("%") else f"%{hint}"
             if name in self._types:
                 raise TirError(f"value {name} is defined twice")
             return name
-        while f"%{self._counter}" in self._types:
+        while f"%{self._counter}" in self._types or f"%{self._counter}" in reserved:
             self._counter += 1
         name = f"%{self._counter}"
         self._counter += 1
         return name
+
+    def defines(self, value: str) -> bool:
+        """Whether SSA value `value` (e.g. '%3') already exists."""
+        return value in self._types
 
     def type_of(self, value: str) -> TensorType:
         return self._types[value]
@@ -77,9 +81,13 @@ class GraphBuilder:
         types = infer_types(op, [self._types[v] for v in inputs], norm)
         wanted = list(names) if names is not None else [name]
         wanted += [None] * (len(types) - len(wanted))
-        results = tuple(self._fresh(wanted[i]) for i in range(len(types)))
+        reserved = frozenset(w if w.startswith("%") else f"%{w}" for w in wanted if w)
+        results = []
+        for want, ty in zip(wanted, types):      # claim each name before making the next
+            results.append(self._fresh(want, reserved))
+            self._types[results[-1]] = ty
+        results = tuple(results)
         self._nodes.append(Node(op, tuple(inputs), norm, results, tuple(types)))
-        self._types.update(zip(results, types))
         return results if opdef.multi_result else results[0]
 
     def build(self, *outputs: str) -> Graph:

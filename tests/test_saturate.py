@@ -1,0 +1,194 @@
+"""Saturation: counts equal egglog's closed forms on the side-by-side workloads, the e-graph stays
+acyclic and keeps the original graph, and every graph it holds computes the same outputs."""
+from __future__ import annotations
+
+from math import comb
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eqsat_nb.egraph import EGraph, egraph_to_graph, graph_to_egraph, original_choice
+from eqsat_nb.egraph.layout import F_DEAD, F_FILTERED, N_FLAGS, N_OP, T_LIT
+from eqsat_nb.egraph.store import LIT
+from eqsat_nb.ir.cse import cse
+from eqsat_nb.ir.graph import TensorType
+from eqsat_nb.ir.interp import run
+from eqsat_nb.ir.parse import load
+from eqsat_nb.rules.parse import load_rules, parse_rules
+from eqsat_nb.search.cycles import heights
+from eqsat_nb.egraph.index import build_index
+from eqsat_nb.egraph.store import EOP_NAMES
+from eqsat_nb.search.saturate import Limits, saturate
+
+ROOT = Path(__file__).resolve().parent.parent
+N = 4
+T = TensorType((N, N))
+
+WORKLOAD_RULES = {
+    "mm": """
+rule assoc_r: (matmul (matmul ?x ?y) ?z) => (matmul ?x (matmul ?y ?z))
+rule assoc_l: (matmul ?x (matmul ?y ?z)) => (matmul (matmul ?x ?y) ?z)
+""",
+    "ac": """
+rule comm: (ewadd ?x ?y) => (ewadd ?y ?x)
+rule assoc: (ewadd ?x (ewadd ?y ?z)) => (ewadd (ewadd ?x ?y) ?z)
+""",
+}
+WORKLOAD_RULES["mlp"] = WORKLOAD_RULES["mm"] + WORKLOAD_RULES["ac"] + """
+rule dist_l: (matmul ?x (ewadd ?y ?z)) => (ewadd (matmul ?x ?y) (matmul ?x ?z))
+rule dist_r: (matmul (ewadd ?x ?y) ?z) => (ewadd (matmul ?x ?z) (matmul ?y ?z))
+rule factor_l: (ewadd (matmul ?x ?y) (matmul ?x ?z)) => (matmul ?x (ewadd ?y ?z))
+rule factor_r: (ewadd (matmul ?x ?z) (matmul ?y ?z)) => (matmul (ewadd ?x ?y) ?z)
+rule relu_relu: (relu (relu ?x)) => (relu ?x)
+"""
+
+
+def _leaf(eg: EGraph, name: str) -> int:
+    return eg.add("weight", [eg.add_literal(name), eg.add_literal((N, N)), eg.add_literal("f32")],
+                  ty=T)
+
+
+def build_workload(kind: str, size: int) -> EGraph:
+    """The egglog anchor's terms (shared/tools/egglog_anchor.py) over N x N tensors."""
+    eg = EGraph(capacity=1024)
+    act = eg.add_literal("none")
+    if kind == "mm_chain":
+        e = _leaf(eg, "w0")
+        for i in range(1, size):
+            e = eg.add("matmul", [act, e, _leaf(eg, f"w{i}")], ty=T)
+    elif kind == "add_ac":
+        e = _leaf(eg, f"w{size - 1}")
+        for i in range(size - 2, -1, -1):
+            e = eg.add("ewadd", [_leaf(eg, f"w{i}"), e], ty=T)
+    else:
+        branches, every = (3, 1) if kind == "mlp" else (2, 2)
+        e = eg.add("input", [eg.add_literal("x"), eg.add_literal((N, N)), eg.add_literal("f32")],
+                   ty=T)
+        for i in range(1, size + 1):
+            acc = eg.add("matmul", [act, e, _leaf(eg, f"w{branches * i}")], ty=T)
+            for j in range(1, branches):
+                mm = eg.add("matmul", [act, e, _leaf(eg, f"w{branches * i + j}")], ty=T)
+                acc = eg.add("ewadd", [acc, mm], ty=T)
+            r = eg.add("ewadd", [acc, e], ty=T)
+            e = eg.add("relu", [r], ty=T) if (i - 1) % every == 0 else r
+    eg.roots = [e]
+    return eg
+
+
+def tensor_counts(eg: EGraph) -> tuple[int, int]:
+    """(e-nodes, e-classes) without literal leaves, which egglog keeps as plain values."""
+    n = eg.num_nodes
+    live = (eg.nodes[N_FLAGS, :n] & F_DEAD) == 0
+    nodes = int(np.sum(live & (eg.nodes[N_OP, :n] != LIT)))
+    lit_classes = sum(1 for c in eg.class_ids() if eg.classes[6, c] == T_LIT)
+    return nodes, eg.num_classes - lit_classes
+
+
+def run_workload(kind: str, size: int, iters: int, incremental: bool = True):
+    eg = build_workload(kind, size)
+    rules = parse_rules(WORKLOAD_RULES["mlp" if kind.startswith("mlp") else
+                                        {"mm_chain": "mm", "add_ac": "ac"}[kind]], "<workload>")
+    report = saturate(eg, rules, Limits(node_limit=10**9, iter_limit=iters, k_multi=0,
+                                        filter_cycles=False, incremental=incremental))
+    return eg, report
+
+
+@pytest.mark.parametrize("m", [2, 3, 5, 8, 12])
+@pytest.mark.parametrize("incremental", [True, False])
+def test_mm_chain_closed_form(m, incremental):
+    eg, report = run_workload("mm_chain", m, 100, incremental)
+    assert report.stop_reason == "saturated"
+    assert tensor_counts(eg) == (m + comb(m + 1, 3), m * (m + 1) // 2)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 7])
+def test_add_ac_closed_form(n):
+    eg, report = run_workload("add_ac", n, 100)
+    assert report.stop_reason == "saturated"
+    assert tensor_counts(eg) == (n + 3**n - 2**(n + 1) + 1, 2**n - 1)
+
+
+@pytest.mark.parametrize("layers", [1, 10, 50])
+def test_mlp_73_nodes_per_layer(layers):
+    eg, report = run_workload("mlp", layers, 100)
+    assert report.stop_reason == "saturated" and len(report.iterations) == 6
+    assert tensor_counts(eg) == (73 * layers + 1, 22 * layers + 1)
+
+
+def test_mlp2_per_iteration_counts_match_egglog():
+    """EGGLOG_WORKLOADS.md: mlp2 L=10, (nodes, classes) after each of 5 iterations."""
+    want = [(138, 96), (308, 168), (828, 372), (2612, 1020), (10872, 3752)]
+    for k, expected in enumerate(want, start=1):
+        eg, _ = run_workload("mlp2", 10, k)
+        assert tensor_counts(eg) == expected, k
+
+
+def test_incremental_equals_full_search():
+    for kind, size, iters in (("mlp2", 6, 4), ("add_ac", 5, 100), ("mm_chain", 7, 100)):
+        a, _ = run_workload(kind, size, iters, incremental=True)
+        b, _ = run_workload(kind, size, iters, incremental=False)
+        assert tensor_counts(a) == tensor_counts(b)
+
+
+# ------------------------------------------------------------------ TENSAT rules on models
+
+def _random_choice(eg: EGraph, rng: np.random.Generator) -> np.ndarray:
+    """One random unfiltered live node per class (cycle filtering makes any choice a DAG)."""
+    choice = np.full(eg.num_nodes, -1, np.int64)
+    for c in eg.class_ids():
+        options = [n for n in eg.class_nodes(int(c)) if not eg.is_filtered(n)]
+        choice[c] = options[rng.integers(len(options))]
+    return choice
+
+
+@pytest.fixture(scope="module")
+def tensat_rules():
+    return load_rules(ROOT / "rules")
+
+
+def _small_model(name: str):
+    """Shipped tiny models, and the benchmark recipes at toy sizes (tools/gen_models.py)."""
+    if name.startswith("tiny"):
+        return load(ROOT / "ir_examples" / f"{name}.tir")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gen_models", ROOT / "tools" / "gen_models.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    if name == "nasrnn_small":
+        return gen.nasrnn(hidden=6, steps=2)
+    return gen.bert(seq=4, hidden=8, heads=2, layers=2)
+
+
+@pytest.mark.parametrize("model", ["tiny_mlp", "tiny_branches", "tiny_conv", "nasrnn_small",
+                                   "bert_small"])
+def test_saturated_models_stay_equivalent(model, tensat_rules):
+    graph = _small_model(model)
+    eg = graph_to_egraph(graph)
+    report = saturate(eg, tensat_rules, Limits(node_limit=3000, iter_limit=6))
+    assert sum(report.applied.values()) > 0
+    # the original graph is still there
+    assert egraph_to_graph(eg, original_choice(eg)) == cse(graph)
+    # acyclic over unfiltered nodes
+    cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+    found = np.full(4, -1, np.int64)
+    heights(cstart, cnodes, eg.nodes, eg.children, eg.classes, found)
+    assert found[0] == -1
+    # every graph the e-graph holds computes the same outputs
+    expected = run(graph, seed=1, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        g = egraph_to_graph(eg, _random_choice(eg, rng))
+        for got, want in zip(run(g, seed=1, dtype=np.float64), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("model", ["nasrnn", "bert", "resnext50", "squeezenet", "vgg19"])
+def test_tensat_settings_terminate_and_keep_original(model, tensat_rules):
+    path = ROOT / "ir_examples" / f"{model}.tir"
+    graph = load(path)
+    eg = graph_to_egraph(graph)
+    report = saturate(eg, tensat_rules, Limits())
+    assert report.stop_reason in ("saturated", "node limit", "iteration limit")
+    assert egraph_to_graph(eg, original_choice(eg)) == cse(graph)
+    assert F_FILTERED  # filtered nodes are excluded by the index the extractor uses
