@@ -24,10 +24,14 @@ def _cache_dirs() -> list[Path]:
 
 
 def source_fingerprint() -> str:
+    """Digest of every module that defines or feeds kernels (those mentioning numba), plus the
+    layout constants and operator table the kernels freeze in."""
     h = hashlib.sha256()
     for path in sorted(PACKAGE.rglob("*.py")):
-        h.update(path.relative_to(PACKAGE).as_posix().encode())
-        h.update(path.read_bytes())
+        text = path.read_bytes()
+        if b"numba" in text or path.name in ("layout.py", "ops.py"):
+            h.update(path.relative_to(PACKAGE).as_posix().encode())
+            h.update(text)
     return h.hexdigest()[:16]
 
 

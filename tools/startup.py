@@ -14,7 +14,7 @@ import tempfile
 import time
 
 SNIPPET = ("import time; t = time.perf_counter(); import eqsat_nb; "
-           "from eqsat_nb.egraph import warm_up; warm_up(); "
+           "from eqsat_nb.warmup import warm_up; warm_up(); "
            "print(time.perf_counter() - t)")
 
 

@@ -11,7 +11,6 @@ __all__ = ["EGraph", "EGraphError", "egraph_to_graph", "graph_to_egraph", "origi
 def warm_up() -> None:
     """Compile (or load from Numba's cache) every e-graph kernel by using each once."""
     from ..ir.graph import TensorType
-    from .layout import T_UNKNOWN  # noqa: F401  (documented: untyped classes are allowed)
 
     eg = EGraph(capacity=16)
     t = TensorType((2, 2))

@@ -158,17 +158,16 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
     classes[C_TYPE, n] = tid
     classes[C_CONST, n] = 1 if const else 0
     classes[C_STAMP, n] = 0
-    for k in range(nch):
+    u = meta[M_USES]
+    for k in range(nch):                  # prepend n to each child's parent list
         c = children[n, k]
-        u = meta[M_USES]
         uses[U_NODE, u] = n
-        uses[U_NEXT, u] = EMPTY
+        uses[U_NEXT, u] = classes[C_UHEAD, c]
         if classes[C_UHEAD, c] == EMPTY:
-            classes[C_UHEAD, c] = u
-        else:
-            uses[U_NEXT, classes[C_UTAIL, c]] = u
-        classes[C_UTAIL, c] = u
-        meta[M_USES] = u + 1
+            classes[C_UTAIL, c] = u
+        classes[C_UHEAD, c] = u
+        u += 1
+    meta[M_USES] = u
     meta[M_NODES] = n + 1
     meta[M_CLASSES] += 1
     return n

@@ -29,7 +29,7 @@ from ..egraph.shapes_nb import infer_proj, infer_row
 from ..egraph.store import EOP_IDS, LIT, PROJ, EGraph
 from ..egraph.unionfind import find
 from ..errors import TirError
-from .pattern import Cond, Expr, Lit, PNode, Pattern, Var
+from .pattern import Cond, Expr, Lit, Pattern, Var
 
 B_VAR, B_CONST, B_EXPR, B_NODE = 1, 2, 3, 4
 B_COLS = 4 + MAXA

@@ -12,7 +12,7 @@ from ..egraph.index import build_index
 from ..egraph.layout import C_PARENT, N_EPOCH, N_NCH, N_OP
 from ..egraph.store import EOP_NAMES, EGraph
 from ..egraph.unionfind import find
-from .compile import BIND, EQ, LIT, YIELD, Program
+from .compile import BIND, EQ, LIT, Program
 
 
 @njit(cache=True)
