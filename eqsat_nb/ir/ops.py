@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..errors import ShapeError, TirError
 from .graph import DTYPES, Attrs, TensorType
+from .literal import format_literal
 from .shapes import normalize_axis, spatial_out
 
 REQUIRED = object()
@@ -408,17 +409,6 @@ def op_def(name: str) -> OpDef:
 
 # ----------------------------------------------------------------------------------- attributes
 
-def _text(value: Any) -> str:
-    """A value as it is written in .tir text (true, "same", [1, 2])."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_text(v) for v in value) + "]"
-    return repr(value)
-
-
 def _check_value(spec: AttrSpec, value: Any) -> Any:
     k = spec.kind
     if k == "int" and isinstance(value, int) and not isinstance(value, bool):
@@ -430,7 +420,7 @@ def _check_value(spec: AttrSpec, value: Any) -> Any:
     if k == "str" and isinstance(value, str):
         if spec.choices and value not in spec.choices:
             raise AttrError(f"attribute '{spec.name}' must be one of "
-                            f"{', '.join(_text(c) for c in spec.choices)}, got {_text(value)}", spec.name)
+                            f"{', '.join(format_literal(c) for c in spec.choices)}, got {format_literal(value)}", spec.name)
         return value
     if k == "dtype" and value in DTYPES:
         return value
@@ -444,10 +434,10 @@ def _check_value(spec: AttrSpec, value: Any) -> Any:
                 isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
             return tuple(value)
         raise AttrError(f"attribute '{spec.name}' must be \"same\", \"valid\" or "
-                        f"[top, left, bottom, right], got {_text(value)}", spec.name)
+                        f"[top, left, bottom, right], got {format_literal(value)}", spec.name)
     want = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
             "ints": "a list of integers", "dtype": f"one of {', '.join(DTYPES)}"}[k]
-    raise AttrError(f"attribute '{spec.name}' must be {want}, got {_text(value)}", spec.name)
+    raise AttrError(f"attribute '{spec.name}' must be {want}, got {format_literal(value)}", spec.name)
 
 
 def _check_pair(name: str, value: tuple[int, ...]) -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..errors import Loc, ShapeError, TirError
 from ..resources import grammar_path
+from ..syntax import end_loc, expected_tokens
 from .graph import DTYPES, Graph, Node, TensorType
 from .ops import AttrError, check_arity, infer_types, normalize_attrs, op_def
 
@@ -37,21 +38,8 @@ def _loc(tok: Token) -> Loc:
     return Loc(tok.line, tok.column)
 
 
-def _describe_terminal(name: str) -> str:
-    if name in _DESCRIBE:
-        return _DESCRIBE[name]
-    try:
-        pattern = _parser().get_terminal(name).pattern
-    except KeyError:
-        return name.lower()
-    return f"'{pattern.value}'"
-
-
-def _expected(names: set[str]) -> str:
-    items = sorted({_describe_terminal(n) for n in names})
-    if len(items) > 6:
-        items = items[:6] + ["..."]
-    return ", ".join(items)
+def _expected(names: Iterable[str]) -> str:
+    return expected_tokens(_parser(), names, _DESCRIBE)
 
 
 def _offset(text: str, line: int, col: int) -> int:
@@ -89,12 +77,7 @@ def _syntax_error(e: UnexpectedInput, text: str) -> TirError:
         tok = e.token
         expected = _expected(e.accepts or e.expected)
         if tok.type == "$END":
-            # Lark places the end token on the last token; point just past that token instead.
-            if tok.end_line is not None and tok.end_column is not None:
-                loc = Loc(tok.end_line, tok.end_column)
-            else:               # no token at all (empty, or only comments): the end of the text
-                loc = Loc(text.count("\n") + 1, len(text) - (text.rfind("\n") + 1) + 1)
-            return TirError(f"unexpected end of file, expected {expected}", loc)
+            return TirError(f"unexpected end of file, expected {expected}", end_loc(tok, text))
         loc = Loc(e.line, e.column)
         at = _offset(text, e.line, e.column)
         if text.startswith("tensor<", at):

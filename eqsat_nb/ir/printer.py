@@ -2,22 +2,13 @@
 types always written. `print_graph(parse(t))` is stable and `parse(print_graph(g)) == g`."""
 from __future__ import annotations
 
-from typing import Any
 
 from .graph import Graph, Node
+from .literal import format_literal
 from .ops import OPS, REQUIRED
 
 
-def format_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
-    return str(value)
+format_value = format_literal
 
 
 def format_attrs(node: Node) -> str:

@@ -23,6 +23,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..errors import Loc, TirError
+from ..syntax import end_loc, expected_tokens
 from ..ir.ops import OPS, REQUIRED, AttrError, AttrSpec, check_arity, normalize_attrs
 from ..resources import data_dir, grammar_path
 from .pattern import Cond, Expr, Lit, PNode, Pattern, Rule, Var
@@ -49,21 +50,8 @@ def _loc(tok: Token) -> Loc:
 
 # ------------------------------------------------------------------------------ syntax errors
 
-def _describe_terminal(name: str) -> str:
-    if name in _DESCRIBE:
-        return _DESCRIBE[name]
-    try:
-        pattern = _parser().get_terminal(name).pattern
-    except KeyError:
-        return name.lower()
-    return f"'{pattern.value}'"
-
-
 def _expected(names: Iterable[str]) -> str:
-    items = sorted({_describe_terminal(n) for n in names})
-    if len(items) > 6:
-        items = items[:6] + ["..."]
-    return ", ".join(items)
+    return expected_tokens(_parser(), names, _DESCRIBE)
 
 
 def _line(text: str, line: int) -> str:
@@ -90,10 +78,7 @@ def _syntax_error(e: UnexpectedInput, text: str) -> TirError:
         tok = e.token
         expected = _expected(e.accepts or e.expected)
         if tok.type == "$END":
-            if tok.end_line is not None and tok.end_column is not None:
-                loc = Loc(tok.end_line, tok.end_column)
-            else:
-                loc = Loc(text.count("\n") + 1, len(text) - (text.rfind("\n") + 1) + 1)
+            loc = end_loc(tok, text)
             return TirError(f"unexpected end of file, expected {expected}"
                             f"{_slash_hint(text, tok.end_line, e)}", loc)
         loc = Loc(e.line, e.column)

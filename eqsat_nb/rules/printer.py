@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..ir.literal import format_literal
 from ..ir.ops import OPS
 from .pattern import Cond, Expr, Lit, Pattern, Rule, Var
 
@@ -14,16 +15,6 @@ _SYM = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}
 _PREC = {"add": 1, "sub": 1, "mul": 2, "floordiv": 2, "mod": 2}
 
 
-def format_literal(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    if isinstance(v, (tuple, list)):
-        return "[" + ", ".join(format_literal(x) for x in v) + "]"
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
 
 
 def format_expr(e: Any, prec: int = 0) -> str:
