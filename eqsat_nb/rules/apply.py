@@ -298,6 +298,11 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
     rows = np.zeros((k, WIDTH), np.int64)
     slot_tid = np.empty(k, np.int64)
     slot_class = np.empty(k, np.int32)
+    slot_key = np.empty(k, np.int64)          # what a node slot's type depends on, per child
+    cached = np.zeros(k, np.bool_)
+    cache_key = np.empty((k, MAXA), np.int64)
+    cache_row = np.zeros((k, WIDTH), np.int64)
+    cache_tid = np.empty(k, np.int64)
     stack = np.empty(64, np.int64)
     tmp = np.empty(WIDTH, np.int64)
     attrs = np.empty((MAXA, WIDTH), np.int64)
@@ -332,21 +337,38 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
         if not ok:
             stats[1] += 1
             continue
-        # pass 1: the type (or literal) of every slot; nothing is added yet
+        # pass 1: the type (or literal) of every slot; nothing is added yet. A node slot whose
+        # children have the same types/literals as at the previous match reuses its result.
         for s in range(k):
             kind = build[s, 0]
             if kind == B_VAR or kind == B_CONST:
                 c = find(parent, match[build[s, 1]]) if kind == B_VAR else find(parent, build[s, 1])
                 slot_class[s] = c
-                slot_tid[s] = _class_row(classes, nodes, lit_rows, c, rows[s])
+                tid = _class_row(classes, nodes, lit_rows, c, rows[s])
+                slot_tid[s] = tid
+                slot_key[s] = tid if tid >= 0 else (-16 - rows[s, 2] if tid == T_LIT else -2)
             elif kind == B_EXPR:
                 if not _expr_row(expr_code, exprs, build[s, 1], stack, match, classes, nodes,
                                  lit_rows, tmp, rows[s]):
                     ok = False
                     break
                 slot_tid[s] = T_LIT
+                slot_key[s] = -1
             else:
                 op, nch = build[s, 1], build[s, 2]
+                hit = cached[s] and op != PROJ and op != SPLIT
+                for j in range(nch):
+                    key = slot_key[build[s, 4 + j]]
+                    if key < 0 and key > -16:
+                        hit = False
+                    if hit and cache_key[s, j] != key:
+                        hit = False
+                    cache_key[s, j] = key
+                if hit:
+                    rows[s, :] = cache_row[s]
+                    slot_tid[s] = cache_tid[s]
+                    slot_key[s] = cache_tid[s]
+                    continue
                 nattr = 0
                 nin = 0
                 for j in range(nch):
@@ -367,10 +389,20 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                 else:
                     good = infer_row(op, attrs, nattr, ins, nin, consts, out) == 1
                 if not good:
+                    cached[s] = False
                     ok = False
                     break
                 rows[s, :] = out
-                slot_tid[s] = T_TUPLE if op == SPLIT else 0
+                if op == SPLIT:
+                    slot_tid[s] = T_TUPLE
+                    slot_key[s] = -3
+                else:
+                    tid = intern_row(lit_rows, lit_table, lit_count, out)
+                    slot_tid[s] = tid
+                    slot_key[s] = tid if op != PROJ else -1
+                    cache_row[s, :] = out
+                    cache_tid[s] = tid
+                    cached[s] = op != PROJ
         if not ok:
             stats[2] += 1
             continue
@@ -385,10 +417,8 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                 nch = build[s, 2]
                 for j in range(nch):
                     kids[j] = slot_class[build[s, 4 + j]]
-                tid = T_TUPLE if build[s, 1] == SPLIT else intern_row(lit_rows, lit_table,
-                                                                      lit_count, rows[s])
                 c = add_node(nodes, children, classes, uses, table, meta, op_kind, build[s, 1],
-                             -1, kids, nch, tid)
+                             -1, kids, nch, slot_tid[s])
                 if c < 0:
                     return -1
                 slot_class[s] = c
