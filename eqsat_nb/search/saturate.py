@@ -18,7 +18,7 @@ from ..egraph.index import build_index
 from ..egraph.layout import M_EPOCH, MAXA
 from ..egraph.shapes_nb import shape_consts
 from ..egraph.store import EOP_NAMES, OP_KIND, EGraph, EGraphError
-from ..rules.apply import Applier, apply_matches, compile_applier
+from ..rules.apply import Applier, RuleCompileError, apply_matches, compile_applier
 from ..rules.compile import Program, compile_pattern
 from ..rules.match import MatchIndex, search
 from ..rules.multi import canonical_key, is_symmetric, join
@@ -86,7 +86,6 @@ class _Compiled:
     applier: Applier
     symmetric: bool
     var_names: tuple[str, ...]       # columns after the roots
-    per_source_vars: list[tuple[str, ...]]
 
     @property
     def is_multi(self) -> bool:
@@ -99,19 +98,15 @@ def compile_rules(rules: Sequence[Rule], eg: EGraph) -> list[_Compiled]:
     for rule in rules:
         for name, lhs, rhs in rule.directions():
             dry = [compile_pattern(p, lambda v: -1, f"$check{s}_") for s, p in enumerate(lhs)]
-            per_source = [p.var_names for p in dry]
             names: list[str] = []
-            for vs in per_source:
-                names += [v for v in vs if v not in names]
+            for p in dry:
+                names += [v for v in p.var_names if v not in names]
             checks = tuple(c for p in dry for c in p.checks)
             try:
                 applier = compile_applier(name, tuple(names), rhs, rule.conds, checks, eg)
-            except EGraphError:
-                raise
-            except Exception as e:                          # name the rule in the message
-                raise type(e)(f"rule {name}: {e}") from None
-            out.append(_Compiled(name, lhs, applier, is_symmetric(lhs, rhs), tuple(names),
-                                 per_source))
+            except RuleCompileError as e:                   # name and locate the rule
+                raise RuleCompileError(f"rule {name}: {e.message}", rule.loc, rule.file) from None
+            out.append(_Compiled(name, lhs, applier, is_symmetric(lhs, rhs), tuple(names)))
     return out
 
 
@@ -186,19 +181,18 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
 def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_multi: bool,
                 limits: Limits, since: int) -> dict[str, np.ndarray]:
     """Match rows per rule direction; each distinct source pattern is searched once."""
-    cache: dict[object, tuple[np.ndarray, dict[str, str]]] = {}
+    cache: dict[object, tuple[np.ndarray, tuple[str, ...], dict[str, str]]] = {}
 
     def matches_of(pattern, prefix: str) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Rows of `pattern`, with columns named after its own variables."""
         key, renaming = canonical_key(pattern)
         hit = cache.get((key, prefix))
         if hit is None:
             prog: Program = compile_pattern(pattern, eg.lookup_literal, prefix)
             hit = (search(prog, index, since=since), prog.var_names, renaming)
             cache[(key, prefix)] = hit
-        rows, names, original = hit
-        # the cached rows are named after the pattern that was compiled first; rename
+        rows, names, first = hit          # named after the first pattern with this key
         back = {canon: name for name, canon in renaming.items()}
-        first = {name: canon for name, canon in original.items()}
         return rows, tuple(back.get(first.get(n, n), n) for n in names)
 
     out: dict[str, np.ndarray] = {}
