@@ -1,0 +1,1 @@
+"""Extraction: choosing one node per e-class (greedy, constituent-cost greedy, ILP)."""
