@@ -93,6 +93,26 @@ def _cmd_verify_rules(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_extract(args: argparse.Namespace) -> int:
+    from .egraph.serialize import read_json
+    from .extract.dag import dag_cost
+    from .extract.problem import from_egraph
+    from .extract.run import extract
+
+    eg, costs = read_json(args.file)
+    problem = from_egraph(eg, costs)
+    start = time.perf_counter()
+    result = extract(problem, args.method, time_limit=args.time_limit)
+    elapsed = time.perf_counter() - start
+    cost = dag_cost(problem, result.choice)
+    line = (f"{args.file}: {args.method}: DAG cost {cost:.6g} ({problem.n_classes} classes, "
+            f"{problem.n_nodes} nodes), {elapsed:.3f} s")
+    if result.bound is not None:
+        line += f"; bound {result.bound:.6g}, gap {100 * result.gap:.2f} %, {result.status}"
+    print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eqsat-nb", description="Tensor-graph superoptimizer "
                                 "(equality saturation over e-graphs).")
@@ -125,6 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed for shapes and values (default 0)")
     c.add_argument("-v", "--verbose", action="store_true", help="also list the rules that pass")
     c.set_defaults(func=_cmd_verify_rules)
+
+    from .extract.run import METHODS
+    c = sub.add_parser("extract", help="extract from a serialized e-graph (egraph-serialize JSON, "
+                       "node costs from the file); print the DAG cost and the time")
+    c.add_argument("file", metavar="FILE.json")
+    c.add_argument("--method", choices=METHODS, default=METHODS[0])
+    c.add_argument("--time-limit", type=float, default=60.0, help="seconds, for ilp (default 60)")
+    c.set_defaults(func=_cmd_extract)
     return p
 
 

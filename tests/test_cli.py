@@ -60,7 +60,7 @@ def test_help_lists_exactly_the_working_commands(capsys):
     assert out.startswith("usage: eqsat-nb ")
     section = out.split("positional arguments:", 1)[1].split("options:", 1)[0]
     commands = re.findall(r"^    (\S+)", section, flags=re.M)
-    assert commands == ["check", "print", "interp", "verify-rules"]
+    assert commands == ["check", "print", "interp", "verify-rules", "extract"]
 
 
 def test_no_command_is_a_usage_error(capsys):
@@ -69,7 +69,7 @@ def test_no_command_is_a_usage_error(capsys):
     assert "usage: eqsat-nb" in err
 
 
-@pytest.mark.parametrize("command", ["check", "print", "interp", "verify-rules"])
+@pytest.mark.parametrize("command", ["check", "print", "interp", "verify-rules", "extract"])
 def test_each_command_has_help(capsys, command):
     rc, out, _ = run(capsys, command, "--help")
     assert rc == 0

@@ -72,3 +72,16 @@ def test_greedy_never_picks_a_cycle_with_zero_costs():
         p = from_arrays(c, node_class, costs, kids, [0])
         choice = extract_greedy(p)
         assert is_valid(p, choice)
+
+
+def test_cli_extract_reads_a_serialized_egraph(tmp_path, capsys):
+    from eqsat_nb.cli import main
+    from eqsat_nb.egraph.serialize import write_json
+
+    graph = load(ROOT / "ir_examples" / "tiny_mlp.tir")
+    eg = graph_to_egraph(graph)
+    path = tmp_path / "eg.json"
+    write_json(eg, path, unit_costs(eg))
+    assert main(["extract", str(path), "--method", "greedy"]) == 0
+    out = capsys.readouterr().out
+    assert f"DAG cost {sum(1 for _ in cse(graph).compute_nodes())} " in out

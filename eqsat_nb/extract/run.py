@@ -1,0 +1,34 @@
+"""One entry point over the extractors, so the CLI and the optimizer pick them by name."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .problem import ExtractionProblem
+
+
+@dataclass(frozen=True)
+class Extraction:
+    choice: np.ndarray
+    bound: float | None = None      # ILP: best lower bound
+    gap: float | None = None
+    status: str = "ok"
+
+
+METHODS: tuple[str, ...] = ("greedy",)
+
+
+def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -> Extraction:
+    if method == "greedy":
+        from .greedy import extract_greedy
+        return Extraction(extract_greedy(problem))
+    if method == "ocf":
+        from .ocf import extract_ocf
+        return Extraction(extract_ocf(problem))
+    if method == "ilp":
+        from .greedy import extract_greedy
+        from .ilp import extract_ilp
+        res = extract_ilp(problem, time_limit=time_limit, warm_start=extract_greedy(problem))
+        return Extraction(res.choice, res.bound, res.gap, res.status)
+    raise ValueError(f"unknown extraction method {method!r} (known: {', '.join(METHODS)})")
