@@ -16,7 +16,7 @@ class Extraction:
     status: str = "ok"
 
 
-METHODS: tuple[str, ...] = ("greedy",)
+METHODS: tuple[str, ...] = ("greedy", "ocf")
 
 
 def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -> Extraction:
