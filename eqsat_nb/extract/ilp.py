@@ -358,7 +358,33 @@ def _solve(P: dict, opts: dict) -> dict:
                     v[ncol + a_col[c]] = min(pos_, max(nA - 1, 0))
         return v
 
+    # class-cycle cuts: for classes c_1 -> ... -> c_k -> c_1, at most k-1 of the node sets
+    # S_j = {model nodes of c_j using c_{j+1}} may be selected (one node per class at most)
+    by_class: dict[int, list[int]] = {}
+    for i in nodes:
+        by_class.setdefault(int(P["node_class"][i]), []).append(int(i))
+    seen_cuts: set[tuple[int, ...]] = set()
+
+    def class_cycle_cut(classes: list[int]) -> bool:
+        cols: list[int] = []
+        k = len(classes)
+        for j, c in enumerate(classes):
+            nxt = classes[(j + 1) % k]
+            cols += [int(x_col[i]) for i in by_class.get(c, ()) if nxt in kids[i]]
+        key = tuple(sorted(cols))
+        if key in seen_cuts or not cols:
+            return False
+        seen_cuts.add(key)
+        h.addRow(-inf, float(k - 1), len(key), np.array(key, np.int32), np.ones(len(key)))
+        return True
+
     cuts = 0
+    if not order:           # every 2-cycle of classes up front (inverse rewrites make many)
+        uses = {c: set().union(*(kids[i] for i in by_class[c])) for c in by_class}
+        for c, ks in uses.items():
+            for k in ks:
+                if k > c and k in uses and c in uses[k]:
+                    cuts += class_cycle_cut([c, k])
     bound = 0.0
     status = "time_limit"
     while True:
@@ -401,13 +427,14 @@ def _solve(P: dict, opts: dict) -> dict:
             if ms == highspy.HighsModelStatus.kOptimal:
                 status = "optimal"
             break
+        added = 0
         for cy in cyc:
-            nodes_c = sorted(set(int(x_col[i]) for i in cy))
-            if any(c < 0 for c in nodes_c):
+            if any(x_col[i] < 0 for i in cy):
                 raise AssertionError("cycle through a node outside the model")
-            h.addRow(-inf, float(len(nodes_c) - 1), len(nodes_c), np.array(nodes_c, np.int32),
-                     np.ones(len(nodes_c)))
-            cuts += 1
+            added += class_cycle_cut([int(P["node_class"][i]) for i in cy])
+        if not added:
+            raise AssertionError("a cycle survived its own cut")
+        cuts += added
     if status == "optimal":
         bound = best_cost
     out.update(choice=best, cost=best_cost, bound=min(bound, best_cost), cuts=cuts,
