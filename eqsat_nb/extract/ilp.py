@@ -524,7 +524,8 @@ def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
     import sys
 
     proc = subprocess.Popen([sys.executable, "-m", "eqsat_nb.extract.ilp"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=None if opts.get("verbose") else subprocess.PIPE)
     try:
         out, err = proc.communicate(pickle.dumps((P, opts), protocol=pickle.HIGHEST_PROTOCOL),
                                     timeout=deadline)
@@ -533,7 +534,7 @@ def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
         proc.communicate()
         return {"status": "killed"}
     if proc.returncode != 0 or not out:
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         return {"status": f"error: ILP worker exited {proc.returncode}: {tail[0]}"}
     kind, payload = pickle.loads(out)
     return payload if kind == "ok" else {"status": f"error: {payload}"}
