@@ -16,7 +16,7 @@ class Extraction:
     status: str = "ok"
 
 
-METHODS: tuple[str, ...] = ("greedy", "ocf")
+METHODS: tuple[str, ...] = ("greedy", "ocf", "ilp")
 
 
 def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -> Extraction:
