@@ -16,7 +16,7 @@ class Extraction:
     status: str = "ok"
 
 
-METHODS: tuple[str, ...] = ("greedy", "ocf", "ilp")
+METHODS: tuple[str, ...] = ("greedy", "ocf", "ocf+switch", "ilp")
 
 
 def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -> Extraction:
@@ -26,6 +26,10 @@ def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -
     if method == "ocf":
         from .ocf import extract_ocf
         return Extraction(extract_ocf(problem))
+    if method == "ocf+switch":
+        from .ocf import extract_ocf
+        from .switch import joint_switch
+        return Extraction(joint_switch(problem, extract_ocf(problem)))
     if method == "ilp":
         from .greedy import extract_greedy
         from .ilp import extract_ilp
