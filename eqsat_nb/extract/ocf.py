@@ -10,8 +10,15 @@ updated only when its best cost strictly improves; its parents are then re-queue
 
 Sets are exact. With C classes: bitsets of ceil(C/64) uint64 words per class while C*C/8 bytes
 stays under `BITSET_BYTES`; otherwise int32 member lists in a pool (union by stamping, the pool
-compacted when full). The cost of a set is recomputed from scratch at every evaluation: the sum of
-`node_cost[best[k]]` over its members k.
+compacted when full). The cost of a set is the sum of `node_cost[best[k]]` over its members k.
+With bitsets a candidate's cost starts from its largest child set's cached sum (recomputed only
+when some class switched to a node of another cost since it was cached) and adds the members each
+other child contributes (word-level AND-NOT, zero words skipped). With the pool it is recomputed.
+
+The worklist is a min-heap keyed by (strongly connected component of the class graph in Tarjan's
+emission order, position in a Kahn pass), seeded with every derivable class: children's
+components come first, so on acyclic parts each class is evaluated about once with its children
+settled.
 
 Sets of parents are snapshots: when a class later switches node, a parent's stored set can miss
 the new grandchildren, so the final selection is checked by a DFS from the roots; a class on a
@@ -53,6 +60,169 @@ def _parents(node_class, child_start, child_class, n_classes):
     return pstart, pnodes
 
 
+@njit(cache=True, inline="always")
+def _popcount(x):
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@njit(cache=True, inline="always")
+def _bitsum(x, w, own):
+    """sum of own[w * 64 + b] over the set bits b of word x."""
+    one = np.uint64(1)
+    u = 0.0
+    base = w * 64
+    while x:
+        low = x & (~x + one)
+        u += own[base + _popcount(low - one)]
+        x ^= low
+    return u
+
+
+@njit(cache=True)
+def _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes):
+    """(order, n): the derivable classes in the order a Kahn pass first derives them."""
+    C = np.int64(n_classes)
+    n = node_class.size
+    done = np.zeros(C, np.bool_)
+    cnt = np.empty(n, np.int64)
+    order = np.empty(C, np.int64)
+    qt = np.int64(0)
+    for i in range(n):
+        cnt[i] = child_start[i + 1] - child_start[i]
+        if cnt[i] == 0:
+            c = node_class[i]
+            if not done[c]:
+                done[c] = True
+                order[qt] = c
+                qt += 1
+    qh = np.int64(0)
+    while qh < qt:
+        k = order[qh]
+        qh += 1
+        for q in range(pstart[k], pstart[k + 1]):
+            i = pnodes[q]
+            cnt[i] -= 1
+            if cnt[i] == 0:
+                c = node_class[i]
+                if not done[c]:
+                    done[c] = True
+                    order[qt] = c
+                    qt += 1
+    return order, qt
+
+
+@njit(cache=True)
+def _scc_rank(child_start, child_class, class_start, class_nodes, n_classes):
+    """rank[c]: index of c's strongly connected component (class → child-class edges over all
+    candidates) in Tarjan's emission order, which puts every component after those it reaches."""
+    C = np.int64(n_classes)
+    # class adjacency CSR
+    astart = np.zeros(C + 1, np.int64)
+    for c in range(C):
+        m = np.int64(0)
+        for p in range(class_start[c], class_start[c + 1]):
+            i = class_nodes[p]
+            m += child_start[i + 1] - child_start[i]
+        astart[c + 1] = astart[c] + m
+    adj = np.empty(astart[C], np.int64)
+    f = np.int64(0)
+    for c in range(C):
+        for p in range(class_start[c], class_start[c + 1]):
+            i = class_nodes[p]
+            for e in range(child_start[i], child_start[i + 1]):
+                adj[f] = child_class[e]
+                f += 1
+    index = np.full(C, -1, np.int64)
+    low = np.zeros(C, np.int64)
+    onst = np.zeros(C, np.bool_)
+    st = np.empty(C, np.int64)
+    sp = np.int64(0)
+    cs = np.empty(C, np.int64)
+    ce = np.empty(C, np.int64)
+    rank = np.empty(C, np.int64)
+    nxt = np.int64(0)
+    ncomp = np.int64(0)
+    for r in range(C):
+        if index[r] >= 0:
+            continue
+        d = np.int64(0)
+        cs[0] = r
+        ce[0] = astart[r]
+        index[r] = nxt
+        low[r] = nxt
+        nxt += 1
+        st[sp] = r
+        sp += 1
+        onst[r] = True
+        while d >= 0:
+            v = cs[d]
+            if ce[d] < astart[v + 1]:
+                w = adj[ce[d]]
+                ce[d] += 1
+                if index[w] < 0:
+                    index[w] = nxt
+                    low[w] = nxt
+                    nxt += 1
+                    st[sp] = w
+                    sp += 1
+                    onst[w] = True
+                    d += 1
+                    cs[d] = w
+                    ce[d] = astart[w]
+                elif onst[w] and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                if low[v] == index[v]:
+                    while True:
+                        sp -= 1
+                        w = st[sp]
+                        onst[w] = False
+                        rank[w] = ncomp
+                        if w == v:
+                            break
+                    ncomp += 1
+                d -= 1
+                if d >= 0 and low[v] < low[cs[d]]:
+                    low[cs[d]] = low[v]
+    return rank
+
+
+@njit(cache=True, inline="always")
+def _heap_push(heap, hn, key, x):
+    j = hn
+    while j > 0:
+        pj = (j - 1) >> 1
+        if key[heap[pj]] <= key[x]:
+            break
+        heap[j] = heap[pj]
+        j = pj
+    heap[j] = x
+    return hn + 1
+
+
+@njit(cache=True, inline="always")
+def _heap_pop(heap, hn, key):
+    top = heap[0]
+    hn -= 1
+    x = heap[hn]
+    j = np.int64(0)
+    while True:
+        l = 2 * j + 1
+        if l >= hn:
+            break
+        if l + 1 < hn and key[heap[l + 1]] < key[heap[l]]:
+            l += 1
+        if key[x] <= key[heap[l]]:
+            break
+        heap[j] = heap[l]
+        j = l
+    heap[j] = x
+    return top, hn
+
+
 @njit(cache=True)
 def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nodes, n_classes,
          use_bits, max_evals):
@@ -77,25 +247,36 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
     tmpl = np.empty(C, np.int32)
     bestl = np.empty(C, np.int32)
     best_len = np.int64(0)
+    best_cnt = np.int64(0)
     # worklist: circular FIFO of classes
     queue = np.empty(C + 1, np.int64)
     inq = np.zeros(C, np.bool_)
     qh = np.int64(0)
     qn = np.int64(0)
+    # seed: every derivable class once, in Kahn (first-derivable) order, so that on first visit
+    # all children of its resolver are resolved and acyclic parts settle in one evaluation
+    order, n_order = _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes)
+    # worklist: a min-heap on (component rank, Kahn position): children's components first
+    srank = _scc_rank(child_start, child_class, class_start, class_nodes, n_classes)
+    key = np.empty(C, np.int64)
     for c in range(C):
-        for p in range(class_start[c], class_start[c + 1]):
-            i = class_nodes[p]
-            if child_start[i] == child_start[i + 1]:
-                queue[(qh + qn) % (C + 1)] = c
-                qn += 1
-                inq[c] = True
-                break
+        key[c] = srank[c] * (C + 1) + C
+    for t in range(n_order):
+        key[order[t]] = srank[order[t]] * (C + 1) + t
+    for t in range(n_order):
+        c = order[t]
+        qn = _heap_push(queue, qn, key, c)
+        inq[c] = True
+    # bitsets: tot[k] = sum of own over bits[k], valid while tep[k] == epoch (epoch bumps
+    # whenever some class's own cost changes); cnt[k] = popcount of bits[k]
+    tot = np.zeros(C)
+    tep = np.full(C, -1, np.int64)
+    cnt = np.zeros(C, np.int64)
+    epoch = np.int64(0)
     evals = np.int64(0)
     one = np.uint64(1)
     while qn > 0 and evals < max_evals:
-        c = queue[qh]
-        qh = (qh + 1) % (C + 1)
-        qn -= 1
+        c, qn = _heap_pop(queue, qn, key)
         inq[c] = False
         evals += 1
         cw = c >> 6
@@ -118,37 +299,38 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
                 continue
             u = 0.0
             if use_bits:
-                tmp[:] = 0
+                # largest child set as the base; add the members the other children contribute
+                k0 = np.int64(-1)
                 for e in range(child_start[i], child_start[i + 1]):
-                    k = child_class[e]
+                    k = np.int64(child_class[e])
+                    if k0 < 0 or cnt[k] > cnt[k0]:
+                        k0 = k
+                n_add = np.int64(0)
+                if k0 >= 0:
+                    if tep[k0] != epoch:
+                        t0 = 0.0
+                        for w in range(W):
+                            t0 += _bitsum(bits[k0, w], w, own)
+                        tot[k0] = t0
+                        tep[k0] = epoch
+                    u = tot[k0]
+                    n_add = cnt[k0]
                     for w in range(W):
-                        tmp[w] |= bits[k, w]
-                for w in range(W):
-                    x = tmp[w]
-                    while x:
-                        low = x & (~x + one)
-                        b = np.int64(0)
-                        # index of the lowest set bit
-                        y = low
-                        if y >> np.uint64(32):
-                            b += 32
-                            y >>= np.uint64(32)
-                        if y >> np.uint64(16):
-                            b += 16
-                            y >>= np.uint64(16)
-                        if y >> np.uint64(8):
-                            b += 8
-                            y >>= np.uint64(8)
-                        if y >> np.uint64(4):
-                            b += 4
-                            y >>= np.uint64(4)
-                        if y >> np.uint64(2):
-                            b += 2
-                            y >>= np.uint64(2)
-                        if y >> one:
-                            b += 1
-                        u += own[w * 64 + b]
-                        x ^= low
+                        tmp[w] = bits[k0, w]
+                    for e in range(child_start[i], child_start[i + 1]):
+                        k = np.int64(child_class[e])
+                        if k == k0:
+                            continue
+                        for w in range(W):
+                            x = bits[k, w]
+                            if x:
+                                nx = x & ~tmp[w]
+                                if nx:
+                                    tmp[w] |= nx
+                                    u += _bitsum(nx, w, own)
+                                    n_add += _popcount(nx)
+                else:
+                    tmp[:] = 0
             else:
                 sid += 1
                 ln = np.int64(0)
@@ -171,6 +353,7 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
                 bi = i
                 if use_bits:
                     btmp[:] = tmp
+                    best_cnt = n_add
                 else:
                     best_len = ln
                     bestl[:ln] = tmpl[:ln]
@@ -179,12 +362,17 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
         tol = 1e-9 * max(1.0, abs(cost[c]))
         if best[c] >= 0 and not (bc < cost[c] - tol) and abs(cur - cost[c]) <= tol:
             continue            # no strict improvement, and the kept choice's cost is current
+        if best[c] >= 0 and own[c] != node_cost[bi]:
+            epoch += 1          # sets holding c change sum (none hold c before it resolves)
         best[c] = bi
         cost[c] = bc
         own[c] = node_cost[bi]
         if use_bits:
             btmp[cw] |= one << cb
             bits[c, :] = btmp
+            cnt[c] = best_cnt + 1
+            tot[c] = bc         # node_cost[bi] + the union's sum (which does not hold c)
+            tep[c] = epoch
         else:
             need = best_len + 1
             if pool_used + need > pool.size:
@@ -211,8 +399,7 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
             pc = node_class[pnodes[q]]
             if not inq[pc]:
                 inq[pc] = True
-                queue[(qh + qn) % (C + 1)] = pc
-                qn += 1
+                qn = _heap_push(queue, qn, key, pc)
     return best, cost, evals
 
 
