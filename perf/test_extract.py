@@ -43,3 +43,53 @@ def problem():
 def test_ocf_2000_nodes(benchmark, problem):
     choice = benchmark(extract_ocf, problem)
     assert is_valid(problem, choice)
+
+
+# ------------------------------------------------------------------ saturated benchmark models
+
+def _saturated_problem(model: str):
+    from pathlib import Path
+
+    from eqsat_nb.egraph import graph_to_egraph
+    from eqsat_nb.extract.problem import from_egraph
+    from eqsat_nb.ir.parse import load
+    from eqsat_nb.rules.parse import load_rules
+    from eqsat_nb.search.saturate import Limits, saturate
+
+    root = Path(__file__).resolve().parent.parent
+    eg = graph_to_egraph(load(root / "ir_examples" / f"{model}.tir"))
+    saturate(eg, load_rules(root / "rules"), Limits())
+    free = ("lit", "input", "weight", "proj")
+    costs = np.array([0.0 if eg.op_name(n) in free or eg.is_const(eg.node_class(n)) else 1.0
+                      for n in range(eg.num_nodes)])
+    return from_egraph(eg, costs)
+
+
+MODELS = ["nasrnn", "bert", "resnext50", "nasneta", "squeezenet", "vgg19", "inceptionv3"]
+
+
+@pytest.fixture(scope="module")
+def saturated():
+    return {m: _saturated_problem(m) for m in MODELS}
+
+
+@pytest.mark.parametrize("method", ["greedy", "ocf", "ocf+switch", "ilp"])
+@pytest.mark.parametrize("model", MODELS)
+def test_extract_saturated(benchmark, saturated, model, method):
+    """Each extractor on the model's e-graph saturated at TENSAT's settings (unit costs per
+    compute node; weight-only and layout-free nodes cost 0). ILP runs in-process here."""
+    from eqsat_nb.extract.dag import dag_cost
+    from eqsat_nb.extract.greedy import extract_greedy
+    from eqsat_nb.extract.ilp import extract_ilp
+    from eqsat_nb.extract.switch import joint_switch
+
+    problem = saturated[model]
+    run = {"greedy": lambda: extract_greedy(problem),
+           "ocf": lambda: extract_ocf(problem),
+           "ocf+switch": lambda: joint_switch(problem, extract_ocf(problem)),
+           "ilp": lambda: extract_ilp(problem, time_limit=60, in_process=True,
+                                      warm_start=extract_greedy(problem)).choice}[method]
+    run()                                                    # warm the JIT
+    choice = benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info.update(model=model, method=method, classes=problem.n_classes,
+                                nodes=problem.n_nodes, dag_cost=dag_cost(problem, choice))
