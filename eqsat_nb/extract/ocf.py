@@ -83,10 +83,12 @@ def _bitsum(x, w, own):
 
 @njit(cache=True)
 def _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes):
-    """(order, n): the derivable classes in the order a Kahn pass first derives them."""
+    """(order, n, resolver): the derivable classes in the order a Kahn pass first derives them,
+    how many there are, and for each class the node that first derived it (-1: no acyclic
+    derivation)."""
     C = np.int64(n_classes)
     n = node_class.size
-    done = np.zeros(C, np.bool_)
+    resolver = np.full(C, -1, np.int64)
     cnt = np.empty(n, np.int64)
     order = np.empty(C, np.int64)
     qt = np.int64(0)
@@ -94,8 +96,8 @@ def _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes)
         cnt[i] = child_start[i + 1] - child_start[i]
         if cnt[i] == 0:
             c = node_class[i]
-            if not done[c]:
-                done[c] = True
+            if resolver[c] < 0:
+                resolver[c] = i
                 order[qt] = c
                 qt += 1
     qh = np.int64(0)
@@ -107,11 +109,11 @@ def _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes)
             cnt[i] -= 1
             if cnt[i] == 0:
                 c = node_class[i]
-                if not done[c]:
-                    done[c] = True
+                if resolver[c] < 0:
+                    resolver[c] = i
                     order[qt] = c
                     qt += 1
-    return order, qt
+    return order, qt, resolver
 
 
 @njit(cache=True)
@@ -248,14 +250,12 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
     bestl = np.empty(C, np.int32)
     best_len = np.int64(0)
     best_cnt = np.int64(0)
-    # worklist: circular FIFO of classes
-    queue = np.empty(C + 1, np.int64)
+    queue = np.empty(C + 1, np.int64)       # the worklist heap (see below)
     inq = np.zeros(C, np.bool_)
-    qh = np.int64(0)
     qn = np.int64(0)
     # seed: every derivable class once, in Kahn (first-derivable) order, so that on first visit
     # all children of its resolver are resolved and acyclic parts settle in one evaluation
-    order, n_order = _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes)
+    order, n_order, _ = _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes)
     # worklist: a min-heap on (component rank, Kahn position): children's components first
     srank = _scc_rank(child_start, child_class, class_start, class_nodes, n_classes)
     key = np.empty(C, np.int64)
@@ -407,35 +407,8 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
 def _resolvers(node_class, child_start, child_class, n_classes):
     """resolver[c]: the node that first makes class c derivable in Kahn order (its children were
     all derived before c), or -1 when c has no acyclic derivation."""
-    C = np.int64(n_classes)
-    n = node_class.size
     pstart, pnodes = _parents(node_class, child_start, child_class, n_classes)
-    resolver = np.full(C, -1, np.int64)
-    cnt = np.empty(n, np.int64)
-    queue = np.empty(C, np.int64)
-    qt = np.int64(0)
-    for i in range(n):
-        cnt[i] = child_start[i + 1] - child_start[i]
-        if cnt[i] == 0:
-            c = node_class[i]
-            if resolver[c] < 0:
-                resolver[c] = i
-                queue[qt] = c
-                qt += 1
-    qh = np.int64(0)
-    while qh < qt:
-        k = queue[qh]
-        qh += 1
-        for q in range(pstart[k], pstart[k + 1]):
-            i = pnodes[q]
-            cnt[i] -= 1
-            if cnt[i] == 0:
-                c = node_class[i]
-                if resolver[c] < 0:
-                    resolver[c] = i
-                    queue[qt] = c
-                    qt += 1
-    return resolver
+    return _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes)[2]
 
 
 @njit(cache=True)
