@@ -1,0 +1,1 @@
+"""Cost models: per-operator cost in microseconds (DESIGN.md section 7)."""
