@@ -1,0 +1,144 @@
+"""The `analytic` backend: a roofline estimate per node, instant, the default.
+
+    t = launch + max(compute, memory)
+
+compute = FLOPs / peak (ops.flops(); a multiply-add counts 2), except transcendental element-wise
+ops (tanh, sigmoid, gelu, softmax, and a fused sigmoid/tanh activation's epilogue) which go at
+`transcendental` elements/s and pooling which goes at `pool` window-elements/s. memory = bytes
+moved (every input and output once, element size from the dtype: 4 B for f32) over the bandwidth:
+the first `cache_bytes` of a node's working set at `cache_bw`, the rest at `dram_bw` (on GPUs the
+two are the HBM figure). Transposes move their bytes at `transpose_eff` x that bandwidth.
+
+Layout choices (documented, the same on every profile):
+- `reshape` costs 0: it is a view on every backend (same buffer, new shape).
+- `dropout` costs 0: identity at inference (runtimes drop it).
+- `transpose`, `concat`, `split`, `slice`, `pad`, `broadcast` are real copies: launch + their
+  bytes over bandwidth (onnxruntime and cuDNN-style runtimes materialize them). `proj` (reading
+  one result of a split) costs 0; the split node pays once.
+- `enlarge`/`merge` only ever touch weights in practice (then weight-only, cost 0); on a computed
+  tensor they are copies.
+
+Why device profiles matter: on this machine's CPU (onnxruntime, one thread) merging matmuls or
+convs measured 0.97-1.01x and enlarge+merge 1.47x slower: the per-call floor is small next to a
+512x512 f32 matmul's 1 MiB of weights, and a merged matmul's working set leaves the L2 and streams
+from DRAM at a third of the in-cache rate. On GPUs a small matmul finishes in well under a
+microsecond of HBM time, so the few-microsecond launch dominates and fewer, bigger kernels win,
+as TASO/TENSAT measured. The roofline with these profiles reproduces both without any rule about
+merging.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..ir.graph import TensorType
+from ..ir.ops import flops
+from .model import CostModel, OpSignature
+
+ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
+TRANSCENDENTAL = frozenset({"tanh", "sigmoid", "gelu", "softmax"})
+POOLS = frozenset({"poolmax", "poolavg"})
+VIEWS = frozenset({"reshape", "dropout"})
+MATRIX = frozenset({"matmul", "conv2d"})
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Rates of one target. Units: FLOP/s, bytes/s, elements/s, microseconds, bytes."""
+
+    name: str
+    matmul_flops: float          # conv / matmul peak
+    vector_flops: float          # element-wise arithmetic peak
+    cache_bw: float              # bytes/s while the node's working set fits in `cache_bytes`
+    dram_bw: float               # bytes/s beyond it
+    cache_bytes: float
+    transcendental: float        # tanh/exp/sigmoid elements/s
+    pool: float                  # pooling window elements/s
+    transpose_eff: float         # fraction of bandwidth a transpose reaches
+    launch_us: float             # per-kernel (per-call) floor
+    op_scale: Mapping[str, float] = field(default_factory=dict)  # per-op multiplier on the roofline
+
+    def memory_s(self, nbytes: float) -> float:
+        fit = min(nbytes, self.cache_bytes)
+        return fit / self.cache_bw + (nbytes - fit) / self.dram_bw
+
+
+# CPU: measured here with onnxruntime 1.31 on one core, intra_op_num_threads=1 (DESIGN.md §7):
+# convs/matmuls ~100-115 GFLOP/s (113 used), element-wise 90-110 GB/s in cache (100 used) and
+# 31-34 GB/s from DRAM (32 used), a per-call floor of ~4.6 us, tanh/exp 2.5-4.5 G elements/s
+# (3.5 used). cache_bytes = 1 MiB, the per-core L2 that lscpu reports on this AMD EPYC host.
+# Pooling (10 G window-elements/s) and the transpose efficiency (0.5) are estimates, not measured.
+CPU = DeviceProfile("cpu", matmul_flops=113e9, vector_flops=113e9, cache_bw=100e9, dram_bw=32e9,
+                    cache_bytes=1 << 20, transcendental=3.5e9, pool=10e9, transpose_eff=0.5,
+                    launch_us=4.6)
+
+# NVIDIA A100 SXM4 40 GB, public datasheet ("NVIDIA A100 Tensor Core GPU", 2020): FP32 19.5
+# TFLOP/s (TF32 tensor cores 156 TFLOP/s, not used: the IR is f32 and TF32 is opt-in), HBM2
+# 1,555 GB/s (the 80 GB part: 2,039 GB/s). Transcendentals: 108 SMs x 16 SFU ops/clk x 1.41 GHz
+# ~ 2.4 T/s (Ampere tuning guide / whitepaper SFU counts). Kernel launch overhead ~3-5 us
+# (NVIDIA's CUDA Graphs posts measure a few us per launch); 4 us used. Pooling is bandwidth-bound;
+# its rate is set to the FP32 rate. Transposes reach ~70 % of HBM bandwidth (estimate).
+A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_bw=1.555e12,
+                     dram_bw=1.555e12, cache_bytes=0, transcendental=2.4e12, pool=19.5e12,
+                     transpose_eff=0.7, launch_us=4.0)
+
+# NVIDIA H100 SXM5, public datasheet ("NVIDIA H100 Tensor Core GPU", 2022): FP32 67 TFLOP/s,
+# HBM3 3.35 TB/s. Transcendentals: 132 SMs x 16 SFU ops/clk x 1.98 GHz ~ 4.2 T/s. Launch 3 us
+# (a few us, slightly below A100's with newer drivers; an estimate).
+H100 = DeviceProfile("h100", matmul_flops=67e12, vector_flops=67e12, cache_bw=3.35e12,
+                     dram_bw=3.35e12, cache_bytes=0, transcendental=4.2e12, pool=67e12,
+                     transpose_eff=0.7, launch_us=3.0)
+
+PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (CPU, A100, H100)}
+
+
+def profile(name: str) -> DeviceProfile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown device profile {name!r} (known: {', '.join(PROFILES)})") from None
+
+
+def _bytes(types) -> int:
+    return sum(t.numel * ITEMSIZE.get(t.dtype, 4) for t in types)
+
+
+class AnalyticCostModel(CostModel):
+    """Roofline costs for one `DeviceProfile` (a profile object or its name)."""
+
+    name = "analytic"
+
+    def __init__(self, prof: DeviceProfile | str = "cpu") -> None:
+        super().__init__()
+        self.profile = profile(prof) if isinstance(prof, str) else prof
+        self.launch_us = self.profile.launch_us
+
+    def _cost(self, sig: OpSignature) -> float:
+        p = self.profile
+        op = sig.op
+        if op in VIEWS:
+            return 0.0
+        mem = p.memory_s(_bytes(sig.inputs) + _bytes(sig.outputs))
+        outs: tuple[TensorType, ...] = sig.outputs
+        numel_out = sum(t.numel for t in outs)
+        if op in MATRIX:
+            act = sig.attr.get("act", "none")
+            f = flops(op, list(sig.inputs), list(outs), sig.attrs)
+            if act != "none":
+                f -= numel_out          # the epilogue is priced below
+            compute = f / p.matmul_flops
+            if act in ("tanh", "sigmoid"):
+                compute += numel_out / p.transcendental
+            elif act == "relu":
+                compute += numel_out / p.vector_flops
+        elif op in TRANSCENDENTAL:
+            n = sum(t.numel for t in sig.inputs[:1])
+            compute = n / p.transcendental
+        elif op in POOLS:
+            compute = flops(op, list(sig.inputs), list(outs), sig.attrs) / p.pool
+        elif op == "transpose":
+            compute = 0.0
+            mem = mem / p.transpose_eff
+        else:
+            compute = flops(op, list(sig.inputs), list(outs), sig.attrs) / p.vector_flops
+        return p.launch_us + p.op_scale.get(op, 1.0) * max(compute, mem) * 1e6

@@ -1,0 +1,116 @@
+"""Cost models: the cost of one e-node from its operator signature, in microseconds.
+
+`CostModel.cost(sig)` prices one `OpSignature` (operator, attributes, input and output types);
+results are memoised per instance, keyed by the signature. `egraph_costs` builds every node's
+signature from an e-graph and returns the per-node cost array the extractors take.
+
+Zero-cost nodes (TENSAT's treatment): `noop`, `input`, `weight`, literal leaves (`lit`), `proj`
+(reading one result of a split computes nothing: the split node pays for producing them) and any
+node whose e-class is weight-only (`is_const`): such sub-expressions are folded before inference.
+`opaque` nodes (operators the IR does not model) cost one kernel launch, `OPAQUE_LAUNCHES` x the
+model's `launch_us`. Layout-only ops are priced by the backend; see `analytic.py` for its choice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..ir.graph import Graph, TensorType
+from ..ir.ops import OPS, infer_types
+
+FREE_OPS = frozenset({"lit", "input", "weight", "noop", "proj"})
+OPAQUE_LAUNCHES = 1.0
+
+
+@dataclass(frozen=True)
+class OpSignature:
+    """What a cost depends on: operator, attributes (schema order, as `Node.attrs`), types."""
+
+    op: str
+    attrs: tuple[tuple[str, Any], ...]
+    inputs: tuple[TensorType, ...]
+    outputs: tuple[TensorType, ...]
+
+    @property
+    def attr(self) -> dict[str, Any]:
+        return dict(self.attrs)
+
+
+class CostModel:
+    """Base class: subclasses implement `_cost`; `cost` memoises it per signature."""
+
+    name = "base"
+    launch_us = 0.0       # the per-kernel floor; `opaque` nodes cost this
+
+    def __init__(self) -> None:
+        self._memo: dict[OpSignature, float] = {}
+
+    def cost(self, sig: OpSignature) -> float:
+        """Microseconds to run one node with this signature (0 for free ops)."""
+        got = self._memo.get(sig)
+        if got is None:
+            if sig.op in FREE_OPS:
+                got = 0.0
+            elif sig.op == "opaque":
+                got = OPAQUE_LAUNCHES * self.launch_us
+            else:
+                got = float(self._cost(sig))
+            self._memo[sig] = got
+        return got
+
+    def _cost(self, sig: OpSignature) -> float:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ e-graphs
+    def egraph_costs(self, eg) -> np.ndarray:
+        """float64[eg.num_nodes]: the cost of every e-graph node (dead nodes: 0)."""
+        from ..egraph.convert import _split_children
+        from ..egraph.store import EGraph  # noqa: F401  (type only)
+
+        out = np.zeros(eg.num_nodes, np.float64)
+        for n in range(eg.num_nodes):
+            if not eg.is_live(n):
+                continue
+            op = eg.op_name(n)
+            if op in FREE_OPS:
+                continue
+            c = eg.node_class(n)
+            if eg.is_const(c):
+                continue
+            if op == "opaque":
+                out[n] = OPAQUE_LAUNCHES * self.launch_us
+                continue
+            attrs, operands = _split_children(eg, n)
+            ins = tuple(eg.class_type(x) for x in operands)
+            if any(t is None for t in ins):
+                out[n] = self.launch_us        # untyped operand: cannot price, one launch
+                continue
+            attr_t = tuple((s.name, attrs[s.name]) for s in OPS[op].attrs)
+            if OPS[op].multi_result:
+                outs = tuple(infer_types(op, list(ins), attr_t))
+            else:
+                t = eg.class_type(c)
+                outs = (t,) if t is not None else tuple(infer_types(op, list(ins), attr_t))
+            out[n] = self.cost(OpSignature(op, attr_t, ins, outs))
+        return out
+
+
+def graph_cost(model: CostModel, graph: Graph) -> float:
+    """Total cost of a graph: every compute node that depends on an input (weight-only
+    sub-graphs are folded before inference and cost nothing)."""
+    env = dict(graph.inputs)
+    const = {name: False for name, _ in graph.inputs}
+    total = 0.0
+    for node in graph.nodes:
+        ins = [env[v] for v in node.inputs]
+        env.update(zip(node.results, node.types))
+        is_const = node.op == "weight" or (node.op != "input" and bool(node.inputs)
+                                           and all(const[v] for v in node.inputs))
+        for r in node.results:
+            const[r] = is_const
+        if is_const or node.op in FREE_OPS:
+            continue
+        total += model.cost(OpSignature(node.op, node.attrs, tuple(ins), node.types))
+    return total
