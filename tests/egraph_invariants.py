@@ -19,7 +19,6 @@ and nothing is left queued for rebuilding.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from eqsat_nb.egraph.hashcons import node_hash
 from eqsat_nb.egraph.layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_TAIL, C_UHEAD, C_UTAIL,

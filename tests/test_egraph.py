@@ -24,7 +24,7 @@ from eqsat_nb.egraph.hashcons import lookup_or_insert, node_hash, remove
 from eqsat_nb.egraph.layout import (EMPTY, F_FILTERED, M_USES, MAXA, N_FLAGS, N_NCH, N_OP,
                                     N_PAYLOAD, NODE_COLS, T_LIT, T_UNKNOWN)
 from eqsat_nb.egraph.serialize import from_json, read_json, to_json, write_json
-from eqsat_nb.egraph.store import EOP_IDS, EOP_NAMES
+from eqsat_nb.egraph.store import EOP_IDS
 from eqsat_nb.errors import TirError
 from eqsat_nb.ir.builder import GraphBuilder
 from eqsat_nb.ir.cse import cse
@@ -683,7 +683,7 @@ def hand_built_graphs() -> list[Graph]:
     b = GraphBuilder("multi_out")
     x = b.input((4, 8), name="x")
     y = b.input((8, 3), name="y")
-    z = b.input((4, 8), name="unused_input")
+    b.input((4, 8), name="unused_input")
     w = b.weight((8, 8), "w")
     v = b.weight((8, 8), "v")
     wv = b.op("matmul", w, v, name="wv")            # weight-only subexpression

@@ -66,8 +66,7 @@ class CostModel:
     # ------------------------------------------------------------------ e-graphs
     def egraph_costs(self, eg) -> np.ndarray:
         """float64[eg.num_nodes]: the cost of every e-graph node (dead nodes: 0)."""
-        from ..egraph.convert import _split_children
-        from ..egraph.store import EGraph  # noqa: F401  (type only)
+        from ..egraph.convert import node_attrs_and_operands
 
         out = np.zeros(eg.num_nodes, np.float64)
         for n in range(eg.num_nodes):
@@ -82,7 +81,7 @@ class CostModel:
             if op == "opaque":
                 out[n] = OPAQUE_LAUNCHES * self.launch_us
                 continue
-            attrs, operands = _split_children(eg, n)
+            attrs, operands = node_attrs_and_operands(eg, n)
             ins = tuple(eg.class_type(x) for x in operands)
             if any(t is None for t in ins):
                 out[n] = self.launch_us        # untyped operand: cannot price, one launch

@@ -34,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..ir.graph import TensorType
 from ..ir.ops import OPS, infer_types, normalize_attrs, op_def
-from ..ir.shapes import normalize_axis, spatial_pads
+from ..ir.shapes import spatial_pads
 
 OPSET = 17
 GELU_OPSET = 20

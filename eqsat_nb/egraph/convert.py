@@ -140,7 +140,7 @@ def egraph_to_graph(eg: EGraph, choice: np.ndarray, name: str | None = None) -> 
         op = eg.op_name(n)
         if op == "proj":
             continue                      # named when its split is emitted
-        attrs, operands = _split_children(eg, n)
+        attrs, operands = node_attrs_and_operands(eg, n)
         if op == "input":
             if c not in value:            # e-graphs read from files carry no input order
                 value[c] = b.input(attrs["shape"], attrs["dtype"], name=attrs["name"])
@@ -163,7 +163,7 @@ def egraph_to_graph(eg: EGraph, choice: np.ndarray, name: str | None = None) -> 
     return b.build(*(value[eg.find(r)] for r in eg.roots))
 
 
-def _split_children(eg: EGraph, n: int) -> tuple[dict[str, Any], list[int]]:
+def node_attrs_and_operands(eg: EGraph, n: int) -> tuple[dict[str, Any], list[int]]:
     """(attributes decoded from the literal children, operand classes) of node n."""
     op = eg.op_name(n)
     ch = eg.node_children(n)
@@ -183,7 +183,7 @@ def _operand_classes(eg: EGraph, n: int) -> list[int]:
         return []
     if op == "proj":
         return [eg.node_children(n)[1]]
-    return _split_children(eg, n)[1]
+    return node_attrs_and_operands(eg, n)[1]
 
 
 def _projections(eg: EGraph, chosen: set[int]) -> dict[int, dict[int, int]]:
