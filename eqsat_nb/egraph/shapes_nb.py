@@ -433,6 +433,24 @@ def _merge(attrs: np.ndarray, w: np.ndarray, out: np.ndarray) -> int:
 
 
 @njit(cache=True)
+def _positive_dims(shape: np.ndarray, n: int) -> bool:
+    """The n values of an ints literal row are all > 0 (a valid target shape)."""
+    for j in range(n):
+        if shape[2 + j] <= 0:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _shape_type(dtype: int, shape: np.ndarray, n: int, out: np.ndarray) -> int:
+    """out := the type with this dtype and the n dims of an ints literal row; returns 1."""
+    _start_type(out, dtype, n)
+    for j in range(n):
+        out[3 + j] = shape[2 + j]
+    return 1
+
+
+@njit(cache=True)
 def _same_numel(x: np.ndarray, shape: np.ndarray) -> bool:
     """prod(x dims) == prod(shape values), all shape values > 0, exactly (no overflow): cancel
     common factors pairwise; the products are equal iff everything cancels to 1."""
@@ -469,15 +487,11 @@ def _reshape(shape: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     n = shape[1]
     if n > out.size - 3:
         return 0
-    for j in range(n):
-        if shape[2 + j] <= 0:
-            return 0
+    if not _positive_dims(shape, n):
+        return 0
     if not _same_numel(x, shape):
         return 0
-    _start_type(out, x[2], n)
-    for j in range(n):
-        out[3 + j] = shape[2 + j]
-    return 1
+    return _shape_type(x[2], shape, n, out)
 
 
 @njit(cache=True)
@@ -579,17 +593,13 @@ def _broadcast(shape: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     r, n = x[1], shape[1]
     if n < r or n > out.size - 3:
         return 0
-    for j in range(n):
-        if shape[2 + j] <= 0:
-            return 0
+    if not _positive_dims(shape, n):
+        return 0
     for k in range(r):                     # trailing axes aligned
         d, t = x[3 + r - 1 - k], shape[2 + n - 1 - k]
         if d != t and d != 1:
             return 0
-    _start_type(out, x[2], n)
-    for j in range(n):
-        out[3 + j] = shape[2 + j]
-    return 1
+    return _shape_type(x[2], shape, n, out)
 
 
 # ----------------------------------------------------------------------------------- kernels
