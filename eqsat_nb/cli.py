@@ -12,6 +12,9 @@ import numpy as np
 from . import __version__
 from .errors import TirError
 
+# larger commands live in eqsat_nb/commands/<name>.py, each with add_parser(sub)
+COMMAND_MODULES: tuple[str, ...] = ()
+
 
 def _quantity(number: str, unit: str) -> str:
     """'1.23 M' + 'params' → '1.23 Mparams'; '144' + 'params' → '144 params'."""
@@ -153,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--method", choices=METHODS, default=METHODS[0])
     c.add_argument("--time-limit", type=float, default=60.0, help="seconds, for ilp (default 60)")
     c.set_defaults(func=_cmd_extract)
+
+    import importlib
+    for name in COMMAND_MODULES:
+        importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
     return p
 
 

@@ -121,61 +121,75 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
         if time.perf_counter() - start > limits.time_limit:
             stop = "time limit"
             break
-        before = (eg.num_nodes, eg.num_unions)
-        t0 = time.perf_counter()
-        index = MatchIndex(eg)
-        height = None
-        if limits.filter_cycles:
-            found = np.full(1, -1, np.int64)
-            height = heights(index.cstart, index.cnodes, eg.nodes, eg.children, eg.classes, found)
         since = it if limits.incremental and it > 0 else 0
-        found_matches = _search_all(compiled, eg, index, it < limits.k_multi, limits, since)
-        eg.meta[M_EPOCH] = it + 1         # what this iteration adds or merges is new next time
-        t1 = time.perf_counter()
-        stats: dict[str, RuleStats] = {}
-        consts = shape_consts(eg.lits)
-        hit_limit = False
-        pending_unions: list[np.ndarray] = []
-        for rule in compiled:
-            if rule.name not in found_matches:
-                continue
-            rows = found_matches[rule.name]
-            st = stats[rule.name] = RuleStats(matches=len(rows))
-            if height is not None and len(rows):
-                var_cols = np.arange(len(rule.sources), rows.shape[1], dtype=np.int64)
-                keep = cycle_mask(rows, len(rule.sources), var_cols, height, index.cstart,
-                                  index.cnodes, eg.nodes, eg.children, eg.classes)
-                st.rejected_cycle = int(len(rows) - keep.sum())
-                rows = rows[keep]
-            if len(rows):
-                pending_unions.append(_apply(eg, rule.applier, rows, consts, st))
-            if eg.num_nodes > limits.node_limit:
-                hit_limit = True
-                break
-        t2 = time.perf_counter()
-        for pairs in pending_unions:
-            eg.union_many(pairs)
-        eg.rebuild()
-        t3 = time.perf_counter()
-        n_filtered = 0
-        if limits.filter_cycles:
-            cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
-            found = np.full(4096, -1, np.int64)
-            heights(cstart, cnodes, eg.nodes, eg.children, eg.classes, found)
-            n_filtered = int(np.sum(found >= 0))
-        t4 = time.perf_counter()
-        record = Iteration(it + 1, eg.num_nodes, eg.num_classes, n_filtered, t1 - t0, t2 - t1,
-                           t3 - t2, t4 - t3, stats)
+        record, hit_limit, changed = run_iteration(eg, compiled, limits, it + 1,
+                                                   it < limits.k_multi, since)
         iterations.append(record)
         if progress is not None:
             progress(record)
         if hit_limit:
             stop = "node limit"
             break
-        if (eg.num_nodes, eg.num_unions) == before:
+        if not changed:
             stop = "saturated"
             break
     return Report(iterations, stop, time.perf_counter() - start)
+
+
+def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, number: int = 1,
+                  with_multi: bool = True, since: int = 0) -> tuple[Iteration, bool, bool]:
+    """One iteration of `compiled` on `eg` in place: search, filter, apply, rebuild, filter.
+
+    `number` is the 1-based iteration number (it stamps the epoch that `since` reads: a later
+    call with `since=number` searches only matches involving what this one added). Returns the
+    statistics, whether the node limit stopped it, and whether the e-graph changed. A step-wise
+    search (MCTS) calls this with one rule at a time.
+    """
+    before = (eg.num_nodes, eg.num_unions)
+    t0 = time.perf_counter()
+    index = MatchIndex(eg)
+    height = None
+    if limits.filter_cycles:
+        found = np.full(1, -1, np.int64)
+        height = heights(index.cstart, index.cnodes, eg.nodes, eg.children, eg.classes, found)
+    found_matches = _search_all(compiled, eg, index, with_multi, limits, since)
+    eg.meta[M_EPOCH] = number          # what this iteration adds or merges is new next time
+    t1 = time.perf_counter()
+    stats: dict[str, RuleStats] = {}
+    consts = shape_consts(eg.lits)
+    hit_limit = False
+    pending_unions: list[np.ndarray] = []
+    for rule in compiled:
+        if rule.name not in found_matches:
+            continue
+        rows = found_matches[rule.name]
+        st = stats[rule.name] = RuleStats(matches=len(rows))
+        if height is not None and len(rows):
+            var_cols = np.arange(len(rule.sources), rows.shape[1], dtype=np.int64)
+            keep = cycle_mask(rows, len(rule.sources), var_cols, height, index.cstart,
+                              index.cnodes, eg.nodes, eg.children, eg.classes)
+            st.rejected_cycle = int(len(rows) - keep.sum())
+            rows = rows[keep]
+        if len(rows):
+            pending_unions.append(_apply(eg, rule.applier, rows, consts, st))
+        if eg.num_nodes > limits.node_limit:
+            hit_limit = True
+            break
+    t2 = time.perf_counter()
+    for pairs in pending_unions:
+        eg.union_many(pairs)
+    eg.rebuild()
+    t3 = time.perf_counter()
+    n_filtered = 0
+    if limits.filter_cycles:
+        cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+        found = np.full(4096, -1, np.int64)
+        heights(cstart, cnodes, eg.nodes, eg.children, eg.classes, found)
+        n_filtered = int(np.sum(found >= 0))
+    t4 = time.perf_counter()
+    record = Iteration(number, eg.num_nodes, eg.num_classes, n_filtered, t1 - t0, t2 - t1,
+                       t3 - t2, t4 - t3, stats)
+    return record, hit_limit, (eg.num_nodes, eg.num_unions) != before
 
 
 def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_multi: bool,
