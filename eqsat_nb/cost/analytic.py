@@ -28,9 +28,14 @@ merging.
 """
 from __future__ import annotations
 
+import json
+import math
+import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from pathlib import Path
+from typing import Any, Mapping
 
+from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.ops import flops
 from .model import CostModel, OpSignature
@@ -91,12 +96,75 @@ H100 = DeviceProfile("h100", matmul_flops=67e12, vector_flops=67e12, cache_bw=3.
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (CPU, A100, H100)}
 
+#: The profile `eqsat-nb profile --calibrate` fits to this machine's `ort` costs. It is used only
+#: when asked for by name (`--device cpu-calibrated`) or by path (`--device FILE.json`): `cpu`
+#: stays the built-in profile, so extraction results never depend on a file in the user's home.
+CALIBRATED = "cpu-calibrated"
+PROFILE_ENV = "EQSAT_NB_CPU_PROFILE"
+_FIELDS = ("matmul_flops", "vector_flops", "cache_bw", "dram_bw", "cache_bytes", "transcendental",
+           "pool", "transpose_eff", "launch_us")
+
+
+def calibrated_path() -> Path:
+    """Where the calibrated CPU profile lives: $EQSAT_NB_CPU_PROFILE, else
+    `$XDG_CONFIG_HOME/eqsat-nb/cpu-calibrated.json` (`~/.config/...`)."""
+    env = os.environ.get(PROFILE_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "eqsat-nb" / f"{CALIBRATED}.json"
+
+
+def profile_to_json(prof: DeviceProfile, extra: Mapping[str, Any] | None = None) -> str:
+    """The profile as JSON (its rates, per-op multipliers, and `extra` notes such as the fit)."""
+    doc: dict[str, Any] = {"name": prof.name, **{f: getattr(prof, f) for f in _FIELDS},
+                           "op_scale": dict(prof.op_scale)}
+    if extra:
+        doc["fit"] = dict(extra)
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def load_profile(path: str | os.PathLike) -> DeviceProfile:
+    """A `DeviceProfile` from a JSON file written by `profile_to_json` (TirError if unusable)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise TirError(f"cannot read device profile: {e.strerror}", file=str(path)) from None
+    except json.JSONDecodeError as e:
+        raise TirError(f"device profile is not valid JSON: {e.msg}", file=str(path)) from None
+    if not isinstance(doc, dict):
+        raise TirError("device profile must be a JSON object", file=str(path))
+    missing = [f for f in _FIELDS if f not in doc]
+    if missing:
+        raise TirError(f"device profile lacks {', '.join(missing)}", file=str(path))
+    try:
+        vals = {f: float(doc[f]) for f in _FIELDS}
+        scale = {str(k): float(v) for k, v in dict(doc.get("op_scale") or {}).items()}
+    except (TypeError, ValueError):
+        raise TirError("device profile values must be numbers", file=str(path)) from None
+    bad = [f for f, v in vals.items() if not math.isfinite(v) or v < 0
+           or (v == 0 and f not in ("cache_bytes", "launch_us"))]
+    if bad:
+        raise TirError(f"device profile has non-positive or non-finite {', '.join(bad)}",
+                       file=str(path))
+    return DeviceProfile(str(doc.get("name", path.stem)), op_scale=scale, **vals)
+
 
 def profile(name: str) -> DeviceProfile:
-    try:
+    """A built-in profile by name, `cpu-calibrated` (the fitted file), or a profile JSON path."""
+    if name in PROFILES:
         return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown device profile {name!r} (known: {', '.join(PROFILES)})") from None
+    if name == CALIBRATED:
+        path = calibrated_path()
+        if not path.exists():
+            raise TirError(f"no calibrated CPU profile at {path}; create it with `eqsat-nb "
+                           "profile MODEL --cost ort --calibrate`")
+        return load_profile(path)
+    if name.endswith(".json"):
+        return load_profile(name)
+    raise ValueError(f"unknown device profile {name!r} (known: {', '.join(PROFILES)}, "
+                     f"{CALIBRATED}, or a profile .json file)")
 
 
 def _bytes(types) -> int:

@@ -9,11 +9,16 @@ Zero-cost nodes (TENSAT's treatment): `noop`, `input`, `weight`, literal leaves 
 node whose e-class is weight-only (`is_const`): such sub-expressions are folded before inference.
 `opaque` nodes (operators the IR does not model) cost one kernel launch, `OPAQUE_LAUNCHES` x the
 model's `launch_us`. Layout-only ops are priced by the backend; see `analytic.py` for its choice.
+
+`OpSignature.const_inputs` lists the operands that are weight-only (weights, or folded weight
+expressions): measuring backends make them initializers of the one-node model (a runtime
+pre-packs and never copies them) and feed the others as inputs. Callers that leave it empty get
+every operand treated as an activation, as before.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -32,6 +37,7 @@ class OpSignature:
     attrs: tuple[tuple[str, Any], ...]
     inputs: tuple[TensorType, ...]
     outputs: tuple[TensorType, ...]
+    const_inputs: tuple[int, ...] = ()      # operand indices that are weight-only (sorted)
 
     @property
     def attr(self) -> dict[str, Any]:
@@ -66,42 +72,54 @@ class CostModel:
     # ------------------------------------------------------------------ e-graphs
     def egraph_costs(self, eg) -> np.ndarray:
         """float64[eg.num_nodes]: the cost of every e-graph node (dead nodes: 0)."""
-        from ..egraph.convert import node_attrs_and_operands
-
         out = np.zeros(eg.num_nodes, np.float64)
-        for n in range(eg.num_nodes):
-            if not eg.is_live(n):
-                continue
-            op = eg.op_name(n)
-            if op in FREE_OPS:
-                continue
-            c = eg.node_class(n)
-            if eg.is_const(c):
-                continue
-            if op == "opaque":
-                out[n] = OPAQUE_LAUNCHES * self.launch_us
-                continue
-            attrs, operands = node_attrs_and_operands(eg, n)
-            ins = tuple(eg.class_type(x) for x in operands)
-            if any(t is None for t in ins):
-                out[n] = self.launch_us        # untyped operand: cannot price, one launch
-                continue
-            attr_t = tuple((s.name, attrs[s.name]) for s in OPS[op].attrs)
-            if OPS[op].multi_result:
-                outs = tuple(infer_types(op, list(ins), attr_t))
+        for n, sig in egraph_signatures(eg):
+            if sig is None:
+                out[n] = OPAQUE_LAUNCHES * self.launch_us if eg.op_name(n) == "opaque" \
+                    else self.launch_us         # untyped operand: cannot price, one launch
             else:
-                t = eg.class_type(c)
-                outs = (t,) if t is not None else tuple(infer_types(op, list(ins), attr_t))
-            out[n] = self.cost(OpSignature(op, attr_t, ins, outs))
+                out[n] = self.cost(sig)
         return out
 
 
-def graph_cost(model: CostModel, graph: Graph) -> float:
-    """Total cost of a graph: every compute node that depends on an input (weight-only
-    sub-graphs are folded before inference and cost nothing)."""
+def egraph_signatures(eg) -> Iterator[tuple[int, OpSignature | None]]:
+    """(node, signature) for every live e-graph node that may cost something: free ops and
+    weight-only classes are skipped; `opaque` nodes and nodes with an untyped operand come with
+    None (priced as launches)."""
+    from ..egraph.convert import node_attrs_and_operands
+
+    for n in range(eg.num_nodes):
+        if not eg.is_live(n):
+            continue
+        op = eg.op_name(n)
+        if op in FREE_OPS:
+            continue
+        c = eg.node_class(n)
+        if eg.is_const(c):
+            continue
+        if op == "opaque":
+            yield n, None
+            continue
+        attrs, operands = node_attrs_and_operands(eg, n)
+        ins = tuple(eg.class_type(x) for x in operands)
+        if any(t is None for t in ins):
+            yield n, None
+            continue
+        attr_t = tuple((s.name, attrs[s.name]) for s in OPS[op].attrs)
+        if OPS[op].multi_result:
+            outs = tuple(infer_types(op, list(ins), attr_t))
+        else:
+            t = eg.class_type(c)
+            outs = (t,) if t is not None else tuple(infer_types(op, list(ins), attr_t))
+        consts = tuple(i for i, x in enumerate(operands) if eg.is_const(x))
+        yield n, OpSignature(op, attr_t, ins, outs, consts)
+
+
+def graph_signatures(graph: Graph) -> Iterator[OpSignature]:
+    """The signature of every compute node of `graph` that depends on an input, in order
+    (weight-only sub-graphs are folded before inference and are left out)."""
     env = dict(graph.inputs)
     const = {name: False for name, _ in graph.inputs}
-    total = 0.0
     for node in graph.nodes:
         ins = [env[v] for v in node.inputs]
         env.update(zip(node.results, node.types))
@@ -111,5 +129,11 @@ def graph_cost(model: CostModel, graph: Graph) -> float:
             const[r] = is_const
         if is_const or node.op in FREE_OPS:
             continue
-        total += model.cost(OpSignature(node.op, node.attrs, tuple(ins), node.types))
-    return total
+        consts = tuple(i for i, v in enumerate(node.inputs) if const[v])
+        yield OpSignature(node.op, node.attrs, tuple(ins), node.types, consts)
+
+
+def graph_cost(model: CostModel, graph: Graph) -> float:
+    """Total cost of a graph: every compute node that depends on an input (weight-only
+    sub-graphs are folded before inference and cost nothing)."""
+    return float(sum(model.cost(sig) for sig in graph_signatures(graph)))
