@@ -13,7 +13,7 @@ from . import __version__
 from .errors import TirError
 
 # larger commands live in eqsat_nb/commands/<name>.py, each with add_parser(sub)
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("run", "bench", "profile")
 
 
 def _quantity(number: str, unit: str) -> str:

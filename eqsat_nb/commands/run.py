@@ -1,0 +1,250 @@
+"""`eqsat-nb run MODEL`: load, optimize, verify, write, report.
+
+Nothing is written unless the optimized graph passed verification (or `--no-verify` was given),
+and files are written atomically (a temporary file renamed into place), so an interrupted or
+failed run never leaves a partial or wrong output behind. Existing files are only replaced with
+`--force`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import TirError
+from ..search.saturate import Limits
+
+DEFAULT_LIMITS = Limits()
+
+
+class VerificationError(TirError):
+    """The optimized graph computes something else: a bug in a rule or in the optimizer."""
+
+
+# ------------------------------------------------------------------ loading and writing
+def load_model(path: str) -> tuple[Any, dict]:
+    """(graph, weight values by name) from a `.tir` or `.onnx` file."""
+    p = Path(path)
+    if p.suffix.lower() == ".onnx":
+        from ..onnx_io import load_onnx
+        return load_onnx(p)
+    from ..ir.parse import load
+    return load(path), {}
+
+
+def check_writable(path: str | None, force: bool) -> None:
+    """Fail early (before any work) if an output would overwrite a file without --force."""
+    if path and Path(path).exists() and not force:
+        raise TirError("file exists; pass --force to overwrite it", file=path)
+
+
+def write_atomic(path: str, write: Callable[[Path], None]) -> None:
+    """Call `write(tmp)` on a temporary file next to `path`, then rename it into place."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                               dir=str(target.parent if str(target.parent) else "."))
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, target)
+    except OSError as e:
+        raise TirError(f"cannot write file: {e.strerror}", file=path) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+# ------------------------------------------------------------------ options
+def add_search_options(c: argparse.ArgumentParser) -> None:
+    """Search, extraction and cost options shared by `run` and `bench`."""
+    s = c.add_argument_group("search")
+    s.add_argument("--search", choices=("saturate", "mcts"), default="saturate",
+                   help="saturate: TENSAT's schedule (default); mcts: Monte Carlo tree search "
+                   "over rule applications")
+    s.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
+                   help="rule files or folders (repeatable; default: the shipped rules)")
+    s.add_argument("--node-limit", type=int, default=None,
+                   help=f"e-graph node limit (default {DEFAULT_LIMITS.node_limit} for saturate, "
+                   "2000 for mcts)")
+    s.add_argument("--iter-limit", type=int, default=DEFAULT_LIMITS.iter_limit,
+                   help=f"saturation iterations (default {DEFAULT_LIMITS.iter_limit})")
+    s.add_argument("--k-multi", type=int, default=DEFAULT_LIMITS.k_multi,
+                   help="iterations in which multi-pattern rules run "
+                   f"(default {DEFAULT_LIMITS.k_multi})")
+    s.add_argument("--time-limit", type=float, default=DEFAULT_LIMITS.time_limit,
+                   help="search time limit, seconds")
+    s.add_argument("--seed", type=int, default=0, help="seed for MCTS and verification inputs")
+    s.add_argument("--budget", type=int, default=128, help="MCTS simulations per decision")
+    s.add_argument("--depth", type=int, default=10, help="MCTS simulation depth")
+    s.add_argument("--c-uct", type=float, default=None, help="MCTS exploration constant")
+    s.add_argument("--workers", type=int, default=1, help="MCTS root-parallel processes")
+    e = c.add_argument_group("extraction and costs")
+    e.add_argument("--extract", choices=("greedy", "ocf", "ilp"), default="ilp",
+                   help="ilp (default; exact, with a time limit and ocf as fallback), ocf, greedy")
+    e.add_argument("--ilp-time-limit", type=float, default=60.0, help="seconds (default 60)")
+    e.add_argument("--cost", default="analytic", choices=("analytic", "ort", "trt", "torch"),
+                   help="cost backend (default analytic: instant roofline model)")
+    e.add_argument("--device", default=None,
+                   help="device profile for the analytic backend: cpu (default), a100, h100")
+    e.add_argument("--cost-db", default=None, metavar="PATH",
+                   help="SQLite cost cache for measuring backends (default: user cache dir)")
+
+
+def options_from_args(args: argparse.Namespace):
+    """`optimize.Options` from the parsed command line."""
+    from ..optimize import Options
+
+    limits = Limits(node_limit=args.node_limit or DEFAULT_LIMITS.node_limit,
+                    iter_limit=args.iter_limit, k_multi=args.k_multi, time_limit=args.time_limit)
+    mcts = None
+    if args.search == "mcts":
+        from ..search.mcts import MctsOptions
+        fields = dict(seed=args.seed, budget=args.budget, depth=args.depth,
+                      node_limit=args.node_limit or 2000, workers=args.workers,
+                      final_extract="ilp" if args.extract == "ilp" else "ocf")
+        if args.c_uct is not None:
+            fields["c_uct"] = args.c_uct
+        mcts = MctsOptions(**fields)
+    return Options(search=args.search, limits=limits, mcts=mcts, extract=args.extract,
+                   ilp_time_limit=args.ilp_time_limit)
+
+
+def cost_model_from_args(args: argparse.Namespace):
+    from ..cost.select import make_cost_model
+    return make_cost_model(args.cost, args.device, args.cost_db, progress=not args.quiet)
+
+
+def describe_cost_model(model: Any) -> str:
+    """e.g. 'analytic cpu'."""
+    device = getattr(model, "device", None) or getattr(getattr(model, "profile", None), "name",
+                                                       None)
+    return f"{model.name} {device}" if device else str(model.name)
+
+
+# ------------------------------------------------------------------ the command
+def add_parser(sub: Any) -> None:
+    c = sub.add_parser("run", help="optimize a model (.tir or .onnx): search, extract, verify, "
+                       "write, report")
+    c.add_argument("model", metavar="MODEL")
+    c.add_argument("-o", "--output", metavar="OUT.tir", help="write the optimized graph as .tir")
+    c.add_argument("--onnx", metavar="OUT.onnx", help="write the optimized graph as ONNX")
+    c.add_argument("--report", metavar="REPORT.json", help="write the report as JSON")
+    c.add_argument("--force", action="store_true", help="overwrite existing output files")
+    c.add_argument("--no-verify", action="store_true",
+                   help="skip checking the optimized graph against the original")
+    c.add_argument("--verify-seeds", type=int, default=1,
+                   help="random input sets for verification (default 1)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    add_search_options(c)
+    c.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    for out in (args.output, args.onnx, args.report):
+        check_writable(out, args.force)
+    from ..rules.parse import load_rules
+
+    t = time.perf_counter()
+    graph, weights = load_model(args.model)
+    rules = load_rules(args.rules or None)
+    load_s = time.perf_counter() - t
+    cost_model = cost_model_from_args(args)
+    result, check = optimize_and_verify(graph, weights, cost_model, rules, args)
+    result.times = {"load": load_s, **result.times}
+    report = make_report(args.model, result, check, describe_cost_model(cost_model))
+    if args.onnx:
+        from ..onnx_io import to_onnx
+        model = to_onnx(result.optimized, weights, seed=args.seed)
+        write_atomic(args.onnx, lambda p: p.write_bytes(model.SerializeToString()))
+    if args.output:
+        from ..ir.printer import print_graph
+        text = print_graph(result.optimized)
+        write_atomic(args.output, lambda p: p.write_text(text, encoding="utf-8"))
+    if args.report:
+        body = json.dumps(report, indent=2) + "\n"
+        write_atomic(args.report, lambda p: p.write_text(body, encoding="utf-8"))
+    print(format_report(report, written=[p for p in (args.output, args.onnx) if p]))
+    return 0
+
+
+def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namespace):
+    """Optimize with progress output, then verify (unless --no-verify); raises on a mismatch."""
+    from ..optimize import optimize
+    from ..progress import Progress
+
+    options = options_from_args(args)
+    total = options.limits.iter_limit if options.search == "saturate" else None
+    with Progress(f"{Path(args.model).name}: {options.search}", total,
+                  quiet=args.quiet) as bar:
+        result = optimize(
+            graph, cost_model, rules, options,
+            on_iteration=lambda it: bar.update(it.index, f"{it.nodes} nodes, "
+                                                         f"{it.classes} classes"),
+            on_decision=lambda i, *rest: bar.update(i, " ".join(str(r) for r in rest)))
+    check = None
+    if not args.no_verify:
+        from ..check_outputs import verify_graphs
+        t = time.perf_counter()
+        check = verify_graphs(graph, result.optimized, weights,
+                              seeds=tuple(range(args.seed, args.seed + args.verify_seeds)))
+        result.times["verify"] = time.perf_counter() - t
+        if not check.ok:
+            fired = ", ".join(sorted(result.rules_fired)) or "none"
+            raise VerificationError(
+                f"the optimized graph does not match the original: {check.summary()}. "
+                f"Nothing was written. Rules that fired: {fired}. Please report this "
+                f"(`eqsat-nb verify-rules` checks the rules one by one).", file=args.model)
+    return result, check
+
+
+def make_report(model: str, result, check, cost_name: str) -> dict[str, Any]:
+    from ..ir.stats import graph_stats
+
+    before, after = graph_stats(result.original), graph_stats(result.optimized)
+    return {
+        "model": model,
+        "cost_model": cost_name,
+        "cost_before_us": result.cost_before,
+        "cost_after_us": result.cost_after,
+        "speedup_pct": result.speedup_pct,
+        "ops_before": before.compute_ops,
+        "ops_after": after.compute_ops,
+        "op_counts_before": before.op_counts,
+        "op_counts_after": after.op_counts,
+        "egraph": {"nodes": result.egraph_nodes, "classes": result.egraph_classes,
+                   "iterations": result.iterations, "stop_reason": result.stop_reason},
+        "extraction": result.extraction,
+        "improved": result.improved,
+        "rules_fired": dict(sorted(result.rules_fired.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "times_s": result.times,
+        "verification": None if check is None else {
+            "ok": check.ok, "seeds": list(check.seeds), "rtol": check.rtol,
+            "atol_rel": check.atol_rel, "max_relative_err": check.max_relative_err,
+            "summary": check.summary()},
+    }
+
+
+def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
+    """The few lines a user reads after a run."""
+    eg = r["egraph"]
+    lines = [f"{r['model']}: {r['ops_before']} ops -> {r['ops_after']} ops"
+             + (f", written to {', '.join(written)}" if written else "")]
+    lines.append(f"  estimated cost ({r['cost_model']}): {r['cost_before_us']:.1f} us -> "
+                 f"{r['cost_after_us']:.1f} us, speed-up {r['speedup_pct']:.1f} %")
+    lines.append(f"  e-graph: {eg['nodes']} nodes, {eg['classes']} classes after "
+                 f"{eg['iterations']} step{'' if eg['iterations'] == 1 else 's'} "
+                 f"({eg['stop_reason']}); extraction: {r['extraction']}")
+    lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["times_s"].items())
+                 + f" (total {sum(r['times_s'].values()):.2f} s)")
+    fired = r["rules_fired"]
+    if fired:
+        shown = ", ".join(f"{k} x{v}" for k, v in list(fired.items())[:8])
+        more = f", ... ({len(fired)} rules)" if len(fired) > 8 else ""
+        lines.append(f"  rules fired: {shown}{more}")
+    v = r["verification"]
+    lines.append("  verified: " + v["summary"] if v else "  not verified (--no-verify)")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""The optimizer as one call: graph → e-graph → search → extraction → graph.
+
+`optimize` is what `eqsat-nb run` and `eqsat-nb bench` call; it does not verify (see
+`check_outputs`) and writes nothing. Extraction: ocf always runs (milliseconds) and is the
+fallback; `ilp` then solves exactly, warm-started from ocf, within a time limit, and its answer is
+taken when it is at least as good. If no extracted graph is estimated cheaper than the original,
+the original is returned unchanged: the optimizer never hands back a graph it predicts is slower.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .cost.model import CostModel, graph_cost
+from .egraph.convert import egraph_to_graph, graph_to_egraph
+from .extract.dag import dag_cost
+from .extract.problem import egraph_choice, from_egraph
+from .extract.run import extract
+from .ir.graph import Graph
+from .rules.pattern import Rule
+from .search.saturate import Iteration, Limits, saturate
+
+SEARCHES = ("saturate", "mcts")
+EXTRACTORS = ("greedy", "ocf", "ilp")
+
+
+@dataclass(frozen=True)
+class Options:
+    search: str = "saturate"
+    limits: Limits = Limits()               # saturation limits (TENSAT's defaults)
+    mcts: Any = None                        # MctsOptions for search="mcts" (None: defaults)
+    extract: str = "ilp"
+    ilp_time_limit: float = 60.0
+
+
+@dataclass
+class Result:
+    original: Graph
+    optimized: Graph
+    cost_before: float            # estimated, microseconds
+    cost_after: float
+    egraph_nodes: int
+    egraph_classes: int
+    iterations: int
+    stop_reason: str
+    extraction: str               # what produced the graph, e.g. "ilp (optimal)"
+    rules_fired: dict[str, int]
+    times: dict[str, float] = field(default_factory=dict)   # seconds per phase
+    improved: bool = True         # False: the original was kept
+
+    @property
+    def speedup_pct(self) -> float:
+        """Estimated speed-up, (before / after - 1) * 100, as TASO and TENSAT report it."""
+        return (self.cost_before / self.cost_after - 1.0) * 100.0 if self.cost_after else 0.0
+
+
+def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
+             options: Options = Options(),
+             on_iteration: Callable[[Iteration], None] | None = None,
+             on_decision: Callable[..., None] | None = None) -> Result:
+    """Find a cheaper equivalent of `graph` under `cost_model` with `rules`."""
+    if options.search not in SEARCHES:
+        raise ValueError(f"unknown search {options.search!r} (known: {', '.join(SEARCHES)})")
+    if options.extract not in EXTRACTORS:
+        raise ValueError(f"unknown extractor {options.extract!r} "
+                         f"(known: {', '.join(EXTRACTORS)})")
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+    eg = graph_to_egraph(graph)
+    times["build"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    if options.search == "saturate":
+        report = saturate(eg, rules, options.limits, progress=on_iteration)
+        iterations, stop, fired = len(report.iterations), report.stop_reason, report.applied
+    else:
+        from .search.mcts import MctsOptions, mcts_optimize
+        mopts = options.mcts if options.mcts is not None else MctsOptions()
+        report = mcts_optimize(eg, rules, cost_model, mopts, progress=on_decision)
+        eg = getattr(report, "egraph", eg)
+        iterations = len(report.decisions)
+        stop, fired = report.stop_reason, dict(report.rules_applied)
+    times["search"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    costs = cost_model.egraph_costs(eg)
+    problem = from_egraph(eg, costs)
+    times["costs"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    choice, how = _extract(problem, options)
+    optimized = egraph_to_graph(eg, egraph_choice(problem, choice, eg.num_nodes),
+                                name=graph.name)
+    times["extract"] = time.perf_counter() - t
+
+    before, after = graph_cost(cost_model, graph), graph_cost(cost_model, optimized)
+    improved = after < before * (1 - 1e-9)
+    if not improved:
+        optimized, after = graph, before
+    return Result(graph, optimized, before, after, eg.num_nodes, eg.num_classes, iterations,
+                  stop, how if improved else f"{how}; no cheaper graph, original kept", fired,
+                  times, improved)
+
+
+def _extract(problem, options: Options) -> tuple[np.ndarray, str]:
+    """The chosen node per class and a few words on how it was found."""
+    if options.extract == "greedy":
+        return extract(problem, "greedy").choice, "greedy"
+    ocf = extract(problem, "ocf").choice
+    if options.extract == "ocf":
+        return ocf, "ocf"
+    from .extract.ilp import extract_ilp
+    res = extract_ilp(problem, time_limit=options.ilp_time_limit, warm_start=ocf)
+    if res.choice is None or not np.isfinite(res.cost) or res.cost > dag_cost(problem, ocf):
+        return ocf, f"ocf (ilp: {res.status})"
+    gap = "" if res.optimal else f", gap {100 * res.gap:.1f} %"
+    return res.choice, f"ilp ({res.status}{gap})"

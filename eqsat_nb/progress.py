@@ -1,0 +1,60 @@
+"""A small progress line on stderr for long phases (saturation, profiling, MCTS decisions).
+
+On a terminal the line redraws in place; otherwise (logs, CI) each update is a plain line, at most
+one per `min_interval` seconds, so piped output stays short. `quiet=True` prints nothing.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class Progress:
+    """`with Progress("saturate", total=15) as p: p.update(3, "1234 nodes")`."""
+
+    def __init__(self, label: str, total: int | None = None, quiet: bool = False,
+                 stream: TextIO | None = None, min_interval: float = 0.5) -> None:
+        self.label, self.total, self.quiet = label, total, quiet
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.min_interval = 0.0 if self.tty else min_interval
+        self.start = time.perf_counter()
+        self._last = -1e9
+        self._drawn = False
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def line(self, done: int, note: str = "") -> str:
+        elapsed = time.perf_counter() - self.start
+        if self.total:
+            frac = min(max(done / self.total, 0.0), 1.0)
+            bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
+            head = f"{self.label} [{bar}] {done}/{self.total}"
+        else:
+            head = f"{self.label} {done}"
+        return f"{head}  {elapsed:6.1f} s" + (f"  {note}" if note else "")
+
+    def update(self, done: int, note: str = "", force: bool = False) -> None:
+        if self.quiet:
+            return
+        now = time.perf_counter()
+        if not force and now - self._last < self.min_interval:
+            return
+        self._last = now
+        text = self.line(done, note)
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self.tty and self._drawn and not self.quiet:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
