@@ -11,17 +11,18 @@ graph), with every shape re-derived by the GraphBuilder.
 from __future__ import annotations
 
 import heapq
+import json
 from typing import Any
 
 import numpy as np
 
 from ..errors import TirError
 from ..ir.builder import GraphBuilder
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Node, TensorType
 from ..ir.ops import OPS
 from .layout import (C_HEAD, C_UHEAD, EMPTY, F_DEAD, MAXA, N_FLAGS, N_NEXT, N_OP, T_LIT, T_TUPLE,
                      U_NEXT, U_NODE)
-from .store import EOP_IDS, LIT, PROJ, EGraph, EGraphError
+from .store import EOP_IDS, LIT, OPAQUE, PROJ, EGraph, EGraphError
 
 
 def graph_to_egraph(graph: Graph, eg: EGraph | None = None) -> EGraph:
@@ -58,7 +59,21 @@ def graph_to_egraph(graph: Graph, eg: EGraph | None = None) -> EGraph:
         value_ref[name] = emit(EOP_IDS["input"], [lit(name[1:]), lit(ty.shape), lit(ty.dtype)],
                                eg.type_id(ty))
     for node in graph.nodes:
-        if node.op == "weight":
+        if node.op == "opaque":
+            # attributes and result types travel in the payload string, operands are children
+            children = [value_ref[v] for v in node.inputs]
+            if len(children) > MAXA:
+                raise EGraphError(f"opaque {node.attr['op']} with {len(children)} operands; the "
+                                  f"e-graph holds at most {MAXA}")
+            payload = eg.lits.literal(opaque_key(node))
+            if len(node.results) == 1:
+                value_ref[node.results[0]] = emit(OPAQUE, children, eg.type_id(node.types[0]),
+                                                  payload)
+            else:
+                tup = emit(OPAQUE, children, T_TUPLE, payload)
+                for i, (r, ty) in enumerate(zip(node.results, node.types)):
+                    value_ref[r] = emit(PROJ, [lit(i), tup], eg.type_id(ty))
+        elif node.op == "weight":
             value_ref[node.results[0]] = emit(EOP_IDS["weight"], operands("weight", node.attrs, ()),
                                               eg.type_id(node.types[0]))
         elif OPS[node.op].multi_result:
@@ -86,6 +101,36 @@ def graph_to_egraph(graph: Graph, eg: EGraph | None = None) -> EGraph:
         eg.names.setdefault(cls(ref), name)
     eg.graph_name = graph.name
     return eg
+
+
+def opaque_key(node: Node) -> str:
+    """The e-graph payload of an opaque node: its attributes and result types as one string, so
+    equal nodes on equal operands hash-cons together (random ops also carry their result names:
+    two draws are different values)."""
+    from ..ir.opaque import NONDETERMINISTIC
+
+    a = node.attr
+    key: dict[str, Any] = {"opaque": a["op"], "domain": a["domain"], "opset": a["opset"],
+                           "onnx": a["onnx"], "types": [str(t) for t in node.types]}
+    if a["op"] in NONDETERMINISTIC:
+        key["results"] = list(node.results)
+    return json.dumps(key, sort_keys=True)
+
+
+def decode_opaque_key(key: str) -> tuple[dict[str, Any], list[TensorType]]:
+    """(attributes, result types) from an `opaque_key` payload; EGraphError for other strings
+    (e-graphs read from other tools name unknown operators that way)."""
+    from ..ir.parse import parse_type
+    from lark import Token
+
+    try:
+        d = json.loads(key)
+        attrs = {"op": d["opaque"], "domain": d["domain"], "opset": d["opset"], "onnx": d["onnx"]}
+        types = [parse_type(Token("TYPE", t)) for t in d["types"]]
+    except (ValueError, KeyError, TypeError, TirError):
+        raise EGraphError(f"opaque node {key[:60]!r} does not describe an operator this tool can "
+                          f"write back into a graph") from None
+    return attrs, types
 
 
 def original_choice(eg: EGraph) -> np.ndarray:
@@ -149,7 +194,19 @@ def egraph_to_graph(eg: EGraph, choice: np.ndarray, name: str | None = None) -> 
             value[c] = b.weight(attrs["shape"], attrs["name"], attrs["dtype"], value_name=fresh(c))
             continue
         args = [value[eg.find(x)] for x in operands]
-        if OPS[op].multi_result:
+        if op == "opaque":
+            types = attrs.pop("__types__")
+            outs = projs.get(n, {})
+            if len(types) == 1:           # a one-result opaque node is its value's class
+                value[c] = b.opaque(args, attrs, types, names=[fresh(c)])[0]
+                continue
+            unused = _unused_projections(eg, c, outs) if len(outs) < len(types) else {}
+            names = [fresh(outs[i]) if i in outs else fresh(unused[i]) if i in unused else None
+                     for i in range(len(types))]
+            results = b.opaque(args, attrs, types, names=names)
+            for i, pc in outs.items():
+                value[pc] = results[i]
+        elif OPS[op].multi_result:
             outs = projs.get(n, {})
             unused = (_unused_projections(eg, c, outs)   # results nothing chosen reads
                       if len(outs) < len(attrs["sizes"]) else {})
@@ -164,9 +221,13 @@ def egraph_to_graph(eg: EGraph, choice: np.ndarray, name: str | None = None) -> 
 
 
 def node_attrs_and_operands(eg: EGraph, n: int) -> tuple[dict[str, Any], list[int]]:
-    """(attributes decoded from the literal children, operand classes) of node n."""
+    """(attributes decoded from the literal children, operand classes) of node n. For an opaque
+    node: its attributes plus `__types__`, the declared result types (see `opaque_key`)."""
     op = eg.op_name(n)
     ch = eg.node_children(n)
+    if op == "opaque":      # attributes live in the payload (see opaque_key); all children operands
+        attrs, types = decode_opaque_key(eg.literal_value(n))
+        return {**attrs, "__types__": types}, ch
     specs = OPS[op].attrs
     attrs = {}
     for spec, c in zip(specs, ch):

@@ -90,6 +90,23 @@ class GraphBuilder:
         self._nodes.append(Node(op, tuple(inputs), norm, results, tuple(types)))
         return results if opdef.multi_result else results[0]
 
+    def opaque(self, inputs: Sequence[str], attrs: dict[str, Any], types: Sequence[TensorType],
+               names: Sequence[str | None] | None = None) -> tuple[str, ...]:
+        """Add an opaque node (an operator the IR does not model) with its declared result types;
+        returns the result names."""
+        opdef = op_def("opaque")
+        norm = normalize_attrs(opdef, attrs)
+        types = infer_types("opaque", [self._types[v] for v in inputs], norm, list(types))
+        wanted = list(names) if names is not None else []
+        wanted += [None] * (len(types) - len(wanted))
+        reserved = frozenset(w if w.startswith("%") else f"%{w}" for w in wanted if w)
+        results = []
+        for want, ty in zip(wanted, types):
+            results.append(self._fresh(want, reserved))
+            self._types[results[-1]] = ty
+        self._nodes.append(Node("opaque", tuple(inputs), norm, tuple(results), tuple(types)))
+        return tuple(results)
+
     def build(self, *outputs: str) -> Graph:
         if not outputs:
             raise TirError("a graph needs at least one output")
@@ -107,7 +124,8 @@ def check_graph(graph: Graph) -> None:
         if normalize_attrs(opdef, dict(node.attrs)) != node.attrs:
             raise TirError(f"{node.op}: attributes are not in canonical form", node.loc)
         types = (infer_types(node.op, [], node.attrs) if opdef.leaf
-                 else infer_types(node.op, [env[v] for v in node.inputs], node.attrs))
+                 else infer_types(node.op, [env[v] for v in node.inputs], node.attrs,
+                                  node.types if node.op == "opaque" else None))
         if tuple(types) != node.types or len(node.results) != len(types):
             raise TirError(f"{node.op}: stored types {node.types} differ from inferred {types}",
                            node.loc)

@@ -162,12 +162,39 @@ _KERNELS: dict[str, Callable[..., Any]] = {
 }
 
 
+_NP_TO_DTYPE = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32",
+                np.dtype(np.float64): "f64", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
+                np.dtype(np.bool_): "bool"}
+_EXACT = ("i32", "i64", "bool")     # element types the interpreter keeps (floats use its dtype)
+
+
+def eval_opaque(node: Node, args: list[Array], in_types: list[TensorType] | None = None,
+                float_dtype: Any = None) -> tuple[Array, ...]:
+    """Run an opaque node in onnxruntime. Operands are cast to their declared types (`in_types`,
+    else taken from the arrays); float results come back in `float_dtype` (default: that of the
+    first float operand, else float32), integer and bool results unchanged."""
+    from .opaque import run_opaque
+
+    if in_types is None:
+        in_types = [TensorType(a.shape, _NP_TO_DTYPE.get(a.dtype, "f32")) for a in args]
+    if float_dtype is None:
+        float_dtype = next((a.dtype for a in args if a.dtype.kind == "f"), np.float32)
+    outs = run_opaque(node.attrs, args, in_types, node.types)
+    return tuple(o if t.dtype in _EXACT else o.astype(float_dtype, copy=False)
+                 for o, t in zip(outs, node.types))
+
+
 def eval_node(node: Node, args: list[Array]) -> tuple[Array, ...]:
     """Evaluate one node on concrete arrays; returns one array per result."""
+    if node.op == "opaque":
+        return eval_opaque(node, args)
     out = _KERNELS[node.op](dict(node.attrs), *args)
     outs = out if isinstance(out, tuple) else (out,)
     return tuple(np.asarray(o, dtype=args[0].dtype) if o.dtype != args[0].dtype else o
                  for o in outs)
+
+
+_EXACT_NP = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -177,9 +204,12 @@ def _rng(seed: int, name: str) -> np.random.Generator:
 def random_tensor(name: str, ty: TensorType, seed: int = 0, dtype: Any = np.float32,
                   positive: bool = False) -> Array:
     """A reproducible random tensor for `name` ('%x' for inputs, '@w' for weights): standard
-    normal; weights of rank >= 2 are scaled by 1/sqrt(fan_in) so deep graphs stay in range;
+    normal (integer and bool tensors: uniform in [0, 4) / [0, 2)); weights of rank >= 2 are scaled by 1/sqrt(fan_in) so deep graphs stay in range;
     `positive` draws from [0.5, 1.5) (batchnorm variances)."""
     rng = _rng(seed, name)
+    if ty.dtype in _EXACT:       # integer and bool tensors: small non-negative values
+        return rng.integers(0, 2 if ty.dtype == "bool" else 4, ty.shape).astype(
+            _EXACT_NP[ty.dtype])
     if positive:
         return rng.uniform(0.5, 1.5, ty.shape).astype(dtype)
     x = rng.standard_normal(ty.shape)
@@ -210,6 +240,7 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
     anything missing is drawn at random from `seed`. Returns the outputs in order."""
     dtype = FLOAT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
     given = dict(env or {})
+    types = graph.types() if any(n.op == "opaque" for n in graph.nodes) else {}
     values: dict[str, Array] = {}
     for name, ty in graph.inputs:
         values[name] = _fetch(given, name, ty, seed, dtype, False)
@@ -224,7 +255,10 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
                                              dtype, node.results[0] in positive)
             continue
         args = [values[v] for v in node.inputs]
-        outs = eval_node(node, args)
+        if node.op == "opaque":
+            outs = eval_opaque(node, args, [types[v] for v in node.inputs], dtype)
+        else:
+            outs = eval_node(node, args)
         for v in node.inputs:          # free values as soon as their last reader ran
             remaining[v] -= 1
             if remaining[v] == 0:
@@ -240,6 +274,8 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
 
 def _fetch(given: Mapping[str, Array], key: str, ty: TensorType, seed: int, dtype: Any,
            positive: bool) -> Array:
+    if ty.dtype in _EXACT:
+        dtype = _EXACT_NP[ty.dtype]
     if key in given:
         arr = np.asarray(given[key], dtype=dtype)
         if arr.shape != ty.shape:

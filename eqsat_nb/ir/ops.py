@@ -399,8 +399,32 @@ OP_IDS: dict[str, int] = {name: i for i, name in enumerate(OPS)}
 OP_NAMES: tuple[str, ...] = tuple(OPS)
 
 
+# ----------------------------------------------------------------------------------- opaque
+
+def _opaque_infer(ins: list[TensorType], a: dict) -> list[TensorType]:
+    raise ShapeError("result types of an opaque node cannot be inferred; they must be declared")
+
+
+# An operator the IR does not model (an imported ONNX node). It is deliberately *not* in `OPS`:
+# OPS is the rewritable table whose order fixes the e-graph's op ids and the Numba shape port, and
+# rules can only name ops in OPS, so no rule ever matches an opaque node. The e-graph has its own
+# `opaque` op (egraph/store.py EXTRA_OPS). Text form (result types are required):
+#   %y, %i = opaque(%x) {op = "TopK", opset = 11, onnx = "<base64 NodeProto>"} : T1, T2
+# `onnx` is the serialized ONNX NodeProto (attributes included) whose inputs/outputs are the
+# placeholders i0, i1, ... / o0, o1, ... for the operands/results in order and "" for an omitted
+# optional one; `op` and `domain` repeat its op_type and domain for the reader; `opset` is the
+# version of that domain the node was written for (eqsat_nb/ir/opaque.py decodes and runs it).
+OPAQUE = OpDef("opaque", (0, None), (AttrSpec("op", "str"), AttrSpec("domain", "str", ""),
+                                     AttrSpec("opset", "int"), AttrSpec("onnx", "str")),
+               _opaque_infer, _zero,
+               "an operator the IR does not model, kept verbatim (an ONNX node); types declared",
+               multi_result=True)
+
+
 def op_def(name: str) -> OpDef:
-    """The operator named `name`; raises TirError listing the known ones."""
+    """The operator named `name` (the table, or `opaque`); raises TirError when unknown."""
+    if name == "opaque":
+        return OPAQUE
     try:
         return OPS[name]
     except KeyError:
@@ -474,9 +498,19 @@ def check_arity(opdef: OpDef, n: int) -> None:
         raise TirError(f"op '{opdef.name}' takes {want} operand{'s' if want != '1' else ''}, got {n}")
 
 
-def infer_types(op: str, inputs: list[TensorType], attrs: Attrs) -> list[TensorType]:
-    """Result types of `op` applied to `inputs`; ShapeError naming the op when invalid."""
+def infer_types(op: str, inputs: list[TensorType], attrs: Attrs,
+                declared: list[TensorType] | tuple[TensorType, ...] | None = None
+                ) -> list[TensorType]:
+    """Result types of `op` applied to `inputs`; ShapeError naming the op when invalid.
+    `declared` are the written result types, required (and checked) for `opaque` only."""
     opdef = op_def(op)
+    if opdef is OPAQUE:
+        check_arity(opdef, len(inputs))
+        if declared is None:
+            raise ShapeError("opaque: result types of an opaque node must be declared")
+        from .opaque import check_opaque     # decoding needs onnx; only opaque nodes pay for it
+        check_opaque(dict(attrs), len(inputs), len(declared))
+        return list(declared)
     check_arity(opdef, len(inputs))
     try:
         return opdef.infer(inputs, dict(attrs))
@@ -485,5 +519,5 @@ def infer_types(op: str, inputs: list[TensorType], attrs: Attrs) -> list[TensorT
 
 
 def flops(op: str, inputs: list[TensorType], outputs: list[TensorType], attrs: Attrs) -> int:
-    """Floating-point operations of one node (a multiply-add counts 2)."""
-    return OPS[op].flops(inputs, outputs, dict(attrs))
+    """Floating-point operations of one node (a multiply-add counts 2); unknown for opaque: 0."""
+    return op_def(op).flops(inputs, outputs, dict(attrs))

@@ -196,10 +196,13 @@ class _Builder:
             attrs = normalize_attrs(opdef, given)
         except AttrError as e:
             raise TirError(e.message, attr_locs.get(e.attr, loc)) from None
-        try:
-            out_types = infer_types(opdef.name, in_types, attrs)
-        except ShapeError as e:
-            raise ShapeError(e.message, loc) from None
+        if opdef.name == "opaque":
+            out_types = self.opaque_types(attrs, in_types, results, type_toks, attr_locs, loc)
+        else:
+            try:
+                out_types = infer_types(opdef.name, in_types, attrs)
+            except ShapeError as e:
+                raise ShapeError(e.message, loc) from None
 
         if len(results) != len(out_types):
             raise TirError(f"{opdef.name} produces {len(out_types)} result"
@@ -220,6 +223,26 @@ class _Builder:
             self.define(tok, ty)
         self.nodes.append(Node(opdef.name, tuple(t.value for t in operands), attrs,
                                tuple(t.value for t in results), tuple(out_types), loc))
+
+
+    def opaque_types(self, attrs: tuple, in_types: list[TensorType], results: list[Token],
+                     type_toks: list[Token], attr_locs: dict[str, Loc], loc: Loc
+                     ) -> list[TensorType]:
+        """An opaque node's result types are what is written (nothing can infer them)."""
+        from .opaque import OpaqueAttrError
+
+        if not type_toks:
+            raise TirError("opaque nodes need their result types written after ':'", loc)
+        if len(type_toks) != len(results):
+            raise TirError(f"{len(results)} result{'s are' if len(results) != 1 else ' is'} "
+                           f"named but {len(type_toks)} type"
+                           f"{'s are' if len(type_toks) != 1 else ' is'} declared",
+                           _loc(type_toks[0]))
+        declared = [parse_type(t) for t in type_toks]
+        try:
+            return infer_types("opaque", in_types, attrs, declared)
+        except OpaqueAttrError as e:
+            raise TirError(e.message, attr_locs.get(e.attr, loc)) from None
 
 
 def _build(tree: Tree) -> Graph:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .graph import Graph, Node
 from .literal import format_literal
-from .ops import OPS, REQUIRED
+from .ops import REQUIRED, op_def
 
 
 format_value = format_literal
@@ -13,7 +13,7 @@ format_value = format_literal
 
 def format_attrs(node: Node) -> str:
     """`{k = v, ...}` for the attributes that differ from their defaults ('' when none)."""
-    opdef = OPS[node.op]
+    opdef = op_def(node.op)
     parts = []
     for name, value in node.attrs:
         spec = opdef.attr_spec(name)

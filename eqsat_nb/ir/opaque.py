@@ -1,0 +1,170 @@
+"""Opaque nodes: operators the IR does not model, kept as the ONNX node they came from.
+
+An opaque node's attributes are `op`, `domain`, `opset` and `onnx` (the base64 of a serialized
+ONNX NodeProto whose inputs are the placeholders i0, i1, ... for the operands in order and "" for
+omitted optional inputs, outputs likewise o0, o1, ... / ""). Nothing in the optimizer looks inside;
+the reference interpreter runs the stored node as a one-node model in onnxruntime so graphs that
+contain opaque nodes stay executable, and the ONNX exporter writes the node back unchanged.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import TirError
+from .graph import TensorType
+
+# IR element type <-> ONNX TensorProto.DataType (the numbers are fixed by the ONNX standard)
+DTYPE_TO_ONNX: dict[str, int] = {"f32": 1, "i32": 6, "i64": 7, "bool": 9, "f16": 10, "f64": 11}
+ONNX_TO_DTYPE: dict[int, str] = {v: k for k, v in DTYPE_TO_ONNX.items()}
+NP_DTYPES: dict[str, Any] = {"f16": np.float16, "f32": np.float32, "f64": np.float64,
+                             "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+DEFAULT_OPSET = 21          # opset of the default domain written next to a foreign-domain node
+IR_VERSION = 10             # ONNX IR version of the models we write (onnxruntime >= 1.17 reads it)
+
+# ops whose results are random: two equal-looking nodes are different values (no CSE in e-graphs)
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
+                              "RandomUniformLike", "Multinomial", "Bernoulli"})
+
+
+class OpaqueAttrError(TirError):
+    """A malformed opaque attribute; `attr` names it so the parser can point at it."""
+
+    def __init__(self, message: str, attr: str) -> None:
+        super().__init__(message)
+        self.attr = attr
+
+
+def encode_node(node: Any, inputs_present: Sequence[bool], outputs_present: Sequence[bool]) -> str:
+    """The `onnx` attribute for ONNX `node`: a copy with placeholder input/output names and no
+    node name (names are the graph's business), serialized and base64-encoded."""
+    import onnx
+
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    copy.name = ""
+    copy.doc_string = ""
+    del copy.input[:]
+    del copy.output[:]
+    k = 0
+    for present in inputs_present:
+        copy.input.append(f"i{k}" if present else "")
+        k += present
+    k = 0
+    for present in outputs_present:
+        copy.output.append(f"o{k}" if present else "")
+        k += present
+    return base64.b64encode(copy.SerializeToString(deterministic=True)).decode("ascii")
+
+
+@lru_cache(maxsize=1024)
+def _decode(b64: str) -> bytes:
+    try:
+        return base64.b64decode(b64.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise OpaqueAttrError("attribute 'onnx' is not base64 text", "onnx") from None
+
+
+def decode_node(attrs: Mapping[str, Any]) -> Any:
+    """The stored ONNX NodeProto of an opaque node (placeholder input/output names)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    node = onnx.NodeProto()
+    try:
+        node.ParseFromString(_decode(attrs["onnx"]))
+    except DecodeError:
+        raise OpaqueAttrError("attribute 'onnx' is not a serialized ONNX node", "onnx") from None
+    return node
+
+
+def check_opaque(attrs: Mapping[str, Any], n_inputs: int, n_results: int) -> None:
+    """Raise OpaqueAttrError unless the stored node agrees with `op`/`domain` and with the
+    number of operands and results of the statement."""
+    node = decode_node(attrs)
+    if node.op_type != attrs["op"]:
+        raise OpaqueAttrError(f"attribute 'op' is \"{attrs['op']}\" but the stored ONNX node is "
+                              f"a {node.op_type or '(no op_type)'}", "op")
+    if node.domain != attrs["domain"]:
+        raise OpaqueAttrError(f"attribute 'domain' is \"{attrs['domain']}\" but the stored ONNX "
+                              f"node's domain is \"{node.domain}\"", "domain")
+    if attrs["opset"] < 1:
+        raise OpaqueAttrError(f"attribute 'opset' must be positive, got {attrs['opset']}", "opset")
+    ins = [i for i in node.input if i]
+    if ins != [f"i{k}" for k in range(len(ins))]:
+        raise OpaqueAttrError("the stored ONNX node's inputs must be i0, i1, ... or \"\"", "onnx")
+    outs = [o for o in node.output if o]
+    if outs != [f"o{k}" for k in range(len(outs))]:
+        raise OpaqueAttrError("the stored ONNX node's outputs must be o0, o1, ... or \"\"", "onnx")
+    if len(ins) != n_inputs:
+        raise OpaqueAttrError(f"opaque {attrs['op']}: the stored node reads {len(ins)} "
+                              f"operand{'s' if len(ins) != 1 else ''}, {n_inputs} given", "onnx")
+    if len(outs) != n_results:
+        raise OpaqueAttrError(f"opaque {attrs['op']}: the stored node has {len(outs)} "
+                              f"result{'s' if len(outs) != 1 else ''}, {n_results} declared",
+                              "onnx")
+
+
+def opset_imports(domain: str, opset: int) -> list[tuple[str, int]]:
+    """(domain, version) pairs a model holding this node needs."""
+    if domain in ("", "ai.onnx"):
+        return [("", opset)]
+    return [("", DEFAULT_OPSET), (domain, opset)]
+
+
+def one_node_model(attrs: Mapping[str, Any], in_types: Sequence[TensorType],
+                   out_types: Sequence[TensorType]) -> Any:
+    """A model of just this node: inputs i0.., outputs o0.. with the given types."""
+    from onnx import helper
+
+    node = decode_node(attrs)
+    for t in list(in_types) + list(out_types):
+        if t.dtype not in DTYPE_TO_ONNX:
+            raise TirError(f"opaque {attrs['op']}: element type {t.dtype} has no ONNX equivalent")
+    graph = helper.make_graph(
+        [node], f"opaque_{attrs['op']}",
+        [helper.make_tensor_value_info(f"i{k}", DTYPE_TO_ONNX[t.dtype], list(t.shape))
+         for k, t in enumerate(in_types)],
+        [helper.make_tensor_value_info(f"o{k}", DTYPE_TO_ONNX[t.dtype], list(t.shape))
+         for k, t in enumerate(out_types)])
+    model = helper.make_model(graph, opset_imports=[
+        helper.make_opsetid(d, v) for d, v in opset_imports(attrs["domain"], attrs["opset"])])
+    model.ir_version = IR_VERSION
+    return model
+
+
+@lru_cache(maxsize=256)
+def _session(attrs: tuple, in_types: tuple[TensorType, ...], out_types: tuple[TensorType, ...]):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    model = one_node_model(dict(attrs), in_types, out_types)
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def run_opaque(attrs: tuple, args: Sequence[np.ndarray], in_types: Sequence[TensorType],
+               out_types: Sequence[TensorType]) -> tuple[np.ndarray, ...]:
+    """Evaluate an opaque node with onnxruntime; operands are cast to their declared types."""
+    a = dict(attrs)
+    try:
+        sess = _session(tuple(attrs), tuple(in_types), tuple(out_types))
+        feeds = {f"i{k}": np.asarray(x, dtype=NP_DTYPES[t.dtype])
+                 for k, (x, t) in enumerate(zip(args, in_types))}
+        outs = sess.run(None, feeds)
+    except TirError:
+        raise
+    except Exception as e:   # onnxruntime raises its own exception types, not a common base
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TirError(f"opaque {a['op']}: onnxruntime cannot run the node: {first}") from None
+    for o, t in zip(outs, out_types):
+        if tuple(o.shape) != t.shape:
+            raise TirError(f"opaque {a['op']}: onnxruntime produced shape {tuple(o.shape)}, the "
+                           f"node declares {t}")
+    return tuple(outs)
