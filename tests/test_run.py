@@ -1,0 +1,153 @@
+"""`eqsat-nb run` / `bench` end to end, the optimize() pipeline and output verification."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eqsat_nb import optimize as optimize_mod
+from eqsat_nb.check_outputs import compare, verify_graphs
+from eqsat_nb.cli import main
+from eqsat_nb.cost.analytic import AnalyticCostModel
+from eqsat_nb.cost.model import graph_cost
+from eqsat_nb.ir.parse import load
+from eqsat_nb.optimize import Options, optimize
+from eqsat_nb.resources import data_dir
+from eqsat_nb.rules.parse import load_rules
+
+EXAMPLES = data_dir("ir_examples")
+TINY = ("tiny_mlp", "tiny_conv", "tiny_branches")
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return load_rules()
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_run_writes_a_verified_cheaper_or_equal_graph(tmp_path, capsys, name):
+    out, rep = tmp_path / "out.tir", tmp_path / "report.json"
+    assert main(["run", str(EXAMPLES / f"{name}.tir"), "-o", str(out), "--report", str(rep),
+                 "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "verified:" in text and "speed-up" in text
+    original, optimized = load(EXAMPLES / f"{name}.tir"), load(out)
+    report = json.loads(rep.read_text())
+    assert report["verification"]["ok"] is True
+    model = AnalyticCostModel("cpu")
+    assert graph_cost(model, optimized) == pytest.approx(report["cost_after_us"])
+    assert report["cost_after_us"] <= report["cost_before_us"]
+    assert verify_graphs(original, optimized, seeds=(3, 4)).ok
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temp files left
+
+
+def test_run_finds_the_conv_merge_on_tiny_conv(tmp_path):
+    out = tmp_path / "o.tir"
+    assert main(["run", str(EXAMPLES / "tiny_conv.tir"), "-o", str(out), "-q"]) == 0
+    assert sum(1 for _ in load(out).compute_nodes()) < 6
+
+
+def test_run_refuses_to_overwrite_without_force(tmp_path, capsys):
+    out = tmp_path / "out.tir"
+    out.write_text("mine\n")
+    assert main(["run", str(EXAMPLES / "tiny_mlp.tir"), "-o", str(out), "-q"]) == 1
+    assert "file exists; pass --force" in capsys.readouterr().err
+    assert out.read_text() == "mine\n"
+    assert main(["run", str(EXAMPLES / "tiny_mlp.tir"), "-o", str(out), "-q", "--force"]) == 0
+    assert out.read_text().startswith("func @tiny_mlp")
+
+
+def _wrong(graph):
+    """The same graph with its tanh replaced by a sigmoid: a different function."""
+    from eqsat_nb.ir.parse import parse
+    from eqsat_nb.ir.printer import print_graph
+
+    text = print_graph(graph)
+    assert " tanh(" in text
+    return parse(text.replace(" tanh(", " sigmoid(", 1))
+
+
+def test_verification_failure_is_a_hard_error_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    real = optimize_mod.optimize
+
+    def broken(graph, *a, **k):
+        result = real(graph, *a, **k)
+        result.optimized = _wrong(graph)
+        return result
+
+    monkeypatch.setattr(optimize_mod, "optimize", broken)
+    out = tmp_path / "out.tir"
+    code = main(["run", str(EXAMPLES / "tiny_mlp.tir"), "-o", str(out), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "does not match the original" in err and "Nothing was written" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_interrupt_leaves_no_partial_output(tmp_path, capsys, monkeypatch):
+    import eqsat_nb.ir.printer as printer
+
+    def interrupted(graph):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(printer, "print_graph", interrupted)
+    out = tmp_path / "out.tir"
+    assert main(["run", str(EXAMPLES / "tiny_mlp.tir"), "-o", str(out), "--report",
+                 str(tmp_path / "r.json"), "-q"]) == 130
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupt_while_writing_removes_the_temporary_file(tmp_path):
+    from eqsat_nb.commands.run import write_atomic
+
+    def half(path: Path) -> None:
+        path.write_text("partial")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(str(tmp_path / "x.tir"), half)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_optimize_keeps_the_original_when_nothing_is_cheaper(rules):
+    graph = load(EXAMPLES / "tiny_branches.tir")
+    result = optimize(graph, AnalyticCostModel("cpu"), rules)
+    assert not result.improved and result.optimized is graph
+    assert result.speedup_pct == 0.0
+
+
+def test_optimize_gpu_profile_merges_nasrnn_matmuls(rules):
+    graph = load(EXAMPLES / "nasrnn.tir")
+    result = optimize(graph, AnalyticCostModel("a100"), rules, Options(extract="ocf"))
+    assert result.improved and result.speedup_pct > 20
+    ops = lambda g: sum(1 for n in g.compute_nodes() if n.op == "matmul")  # noqa: E731
+    assert ops(result.optimized) < ops(graph)
+    assert verify_graphs(graph, result.optimized).ok
+
+
+def test_compare_tolerance():
+    ref = np.array([1000.0, 1e-6, -3.0])
+    ok = compare([ref], [ref + np.array([0.05, 0.005, 0.0])], ["y"])[0]
+    assert ok.ok                                # atol is relative to max|ref|: 1e-5 * 1000
+    bad = compare([ref], [ref + np.array([0.0, 0.02, 0.0])], ["y"])[0]
+    assert not bad.ok and bad.worst_excess > 1
+    assert not compare([ref], [ref[:2]], ["y"])[0].ok
+    assert not compare([ref], [np.array([1000.0, np.nan, -3.0])], ["y"])[0].ok
+    assert compare([np.zeros(3)], [np.zeros(3)], ["z"])[0].ok
+
+
+def test_bench_prints_the_table_with_published_numbers(capsys):
+    assert main(["bench", str(EXAMPLES / "tiny_conv.tir"), "nasrnn", "--device", "a100",
+                 "-q", "--extract", "ocf"]) == 0
+    out = capsys.readouterr().out
+    assert "paper TENSAT %" in out and "paper MCTS %" in out
+    nas = next(line for line in out.splitlines() if line.startswith("| nasrnn"))
+    assert "68.9" in nas and "41.2" in nas
+
+
+def test_bench_unknown_model_is_a_clear_error(capsys):
+    assert main(["bench", "no_such_model", "-q"]) == 1
+    assert "no such model file or shipped example" in capsys.readouterr().err
