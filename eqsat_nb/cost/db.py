@@ -33,6 +33,15 @@ CREATE TABLE IF NOT EXISTS costs (
 ) WITHOUT ROWID
 """
 
+_SIGS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS signatures (
+    key        TEXT PRIMARY KEY,
+    model      TEXT NOT NULL,
+    sigs_json  TEXT NOT NULL,
+    created_at REAL NOT NULL
+)
+"""
+
 Key = tuple[str, str, str, str, str]
 
 
@@ -77,11 +86,15 @@ def device_fingerprint() -> str:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    try:
-        import onnxruntime
-        ort_version = onnxruntime.__version__
-    except ImportError:  # pragma: no cover
-        ort_version = "none"
+    from importlib import metadata
+    try:                     # the version without importing onnxruntime (a cached run is fast)
+        ort_version = metadata.version("onnxruntime")
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        try:
+            import onnxruntime
+            ort_version = onnxruntime.__version__
+        except ImportError:
+            ort_version = "none"
     return (f"cpu|{platform.system()}|{platform.machine()}|{_cpu_model()}|{cores} cores"
             f"|ort {ort_version}")
 
@@ -108,6 +121,7 @@ class CostCache:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute(_SCHEMA)
+                conn.execute(_SIGS_SCHEMA)
                 break
             except sqlite3.OperationalError as e:
                 if "locked" not in str(e) and "busy" not in str(e) or attempt == 49:
@@ -173,6 +187,25 @@ class CostCache:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany("INSERT OR REPLACE INTO costs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # ------------------------------------------------------------------ signature lists
+    def get_signatures(self, key: str) -> str | None:
+        """The JSON list of op signatures stored under `key` (a digest of model, rules and
+        code; see `eqsat-nb profile`), or None."""
+        row = self._conn().execute("SELECT sigs_json FROM signatures WHERE key=?",
+                                   (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put_signatures(self, key: str, model: str, sigs_json: str) -> None:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT OR REPLACE INTO signatures VALUES (?, ?, ?, ?)",
+                         (key, model, sigs_json, time.time()))
         except BaseException:
             conn.execute("ROLLBACK")
             raise

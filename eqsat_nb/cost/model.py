@@ -133,6 +133,24 @@ def graph_signatures(graph: Graph) -> Iterator[OpSignature]:
         yield OpSignature(node.op, node.attrs, tuple(ins), node.types, consts)
 
 
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def signature_to_json(sig: OpSignature) -> list:
+    """A JSON-able form of `sig` (`signature_from_json` gives it back equal)."""
+    return [sig.op, [[k, list(v) if isinstance(v, tuple) else v] for k, v in sig.attrs],
+            [[list(t.shape), t.dtype] for t in sig.inputs],
+            [[list(t.shape), t.dtype] for t in sig.outputs], list(sig.const_inputs)]
+
+
+def signature_from_json(doc: list) -> OpSignature:
+    op, attrs, ins, outs, consts = doc
+    return OpSignature(op, tuple((k, _tuples(v)) for k, v in attrs),
+                       tuple(TensorType(tuple(s), d) for s, d in ins),
+                       tuple(TensorType(tuple(s), d) for s, d in outs), tuple(consts))
+
+
 def graph_cost(model: CostModel, graph: Graph) -> float:
     """Total cost of a graph: every compute node that depends on an input (weight-only
     sub-graphs are folded before inference and cost nothing)."""

@@ -21,12 +21,14 @@ import tempfile
 import time
 from typing import Any, Mapping, Sequence
 
-import onnx
+from typing import TYPE_CHECKING
 
 from ..ir.graph import TensorType
 from .db import CostCache, device_fingerprint
 from .measured import MeasuredCostModel, profiling_lock, signature_key  # noqa: F401 (re-export)
-from .onnx_node import make_session, one_node_model, random_inputs
+
+if TYPE_CHECKING:       # onnx is imported on first measurement: a cached run never loads it
+    import onnx
 
 BACKEND = "ort"
 
@@ -34,6 +36,8 @@ BACKEND = "ort"
 def time_model(model: onnx.ModelProto, repeats: int = 50, warmups: int = 10,
                threads: int = 1) -> float:
     """Median wall time of one `sess.run` of `model`, in microseconds."""
+    from .onnx_node import make_session, random_inputs
+
     sess = make_session(model, threads=threads)
     feed = random_inputs(model)
     for _ in range(warmups):
@@ -49,6 +53,7 @@ def time_model(model: onnx.ModelProto, repeats: int = 50, warmups: int = 10,
 
 def optimized_op_types(model: onnx.ModelProto) -> list[str]:
     """The op types onnxruntime actually executes for `model` after its graph optimizations."""
+    import onnx
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as d:
@@ -83,5 +88,7 @@ class OrtCostModel(MeasuredCostModel):
 
     def _time(self, op: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
               weight_inputs: set[int]) -> float:
+        from .onnx_node import one_node_model
+
         model = one_node_model(op, attrs, input_types, weight_inputs)
         return time_model(model, self.repeats, self.warmups, self.threads)
