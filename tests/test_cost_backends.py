@@ -172,3 +172,17 @@ def test_trt_engine_times_and_caches(tmp_path):
 def test_trt_unavailable_says_why():
     why = trt.unavailable()
     assert why is None or ("TensorRT" in why or "GPU" in why or "cuda" in why)
+
+
+def test_ort_overheads_and_cold_weight_copies(tmp_path):
+    m = OrtCostModel(CostCache(tmp_path / "c.sqlite"), repeats=5, warmups=1)
+    floor, node = m.floor_us, m.node_us
+    assert floor > 0 and 0 <= node < floor
+    s = _sig("relu", [(1, 8)])
+    assert m.cost(s) == pytest.approx(max(m.measure("relu", s.attrs, s.inputs) - floor, node))
+    m2 = OrtCostModel(CostCache(tmp_path / "c.sqlite"), repeats=5, warmups=1)
+    assert (m2.floor_us, m2.node_us) == (floor, node)          # cached per device
+    assert m.copies([T((4, 8)), T((8, 8))], {1}) == 1            # small weights: warm
+    big = [T((1, 1024)), T((1024, 1024))]                        # 4 MiB of weights
+    assert m.copies(big, {1}) == 2 * m.LLC_BYTES // (4 << 20)
+    assert m.copies(big, set()) == 1
