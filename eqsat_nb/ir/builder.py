@@ -107,6 +107,23 @@ class GraphBuilder:
         self._nodes.append(Node("opaque", tuple(inputs), norm, tuple(results), tuple(types)))
         return tuple(results)
 
+    def checkpoint(self) -> tuple[int, int, int]:
+        """A mark to `rollback` to (the ONNX importer undoes a node it cannot map exactly)."""
+        return len(self._inputs), len(self._nodes), self._counter
+
+    def rollback(self, mark: tuple[int, int, int]) -> None:
+        n_in, n_nodes, counter = mark
+        for node in self._nodes[n_nodes:]:
+            for r in node.results:
+                self._types.pop(r, None)
+            if node.op == "weight":
+                self._weights.discard(node.attr["name"])
+        for v, _ in self._inputs[n_in:]:
+            self._types.pop(v, None)
+        del self._nodes[n_nodes:]
+        del self._inputs[n_in:]
+        self._counter = counter
+
     def build(self, *outputs: str) -> Graph:
         if not outputs:
             raise TirError("a graph needs at least one output")

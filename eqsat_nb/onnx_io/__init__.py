@@ -1,0 +1,9 @@
+"""ONNX import and export: `load_onnx` (ONNX → Graph + weight values) and `to_onnx`/`save_onnx`
+(Graph → ONNX). Operators with exactly matching semantics map onto the IR's table; every other
+ONNX node becomes an `opaque` node that rules never touch but that keeps the graph executable."""
+from __future__ import annotations
+
+from .exporter import save_onnx, to_onnx
+from .importer import DEFAULT_DIM, from_onnx, load_onnx
+
+__all__ = ["DEFAULT_DIM", "from_onnx", "load_onnx", "save_onnx", "to_onnx"]
