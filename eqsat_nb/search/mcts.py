@@ -68,6 +68,10 @@ class MctsOptions:
     ilp_time_limit: float = 60.0
     time_limit: float = 3600.0   # whole search
     max_decisions: int = 1000
+    # multi-pattern matches joined per action: an action never adds more than `node_limit` nodes
+    # in a useful way, while unrelated sources (relu x relu) join to (#relu)^2 pairs that are all
+    # cycle-checked; TENSAT mode's 1 000 000 applies to its single early multi-pattern iteration
+    multi_match_limit: int = 20_000
 
 
 @dataclass
@@ -220,7 +224,9 @@ class Context:
         self.pricer = Pricer(model)
         self.options = options
         self.norm = norm if norm > 0 else 1.0          # returns are cost drops / norm
-        self.limits = Limits(node_limit=options.node_limit)
+        self.limits = Limits(node_limit=options.node_limit,
+                             multi_match_limit=options.multi_match_limit,
+                             chunked_node_limit=True)
         self.cost_cache: dict[int, float] = {}         # fingerprint -> ocf DAG cost
         self.noop_cache: set[tuple[int, int]] = set()  # (fingerprint, action) that change nothing
         self.hits = 0

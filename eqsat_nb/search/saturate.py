@@ -37,6 +37,10 @@ class Limits:
     multi_match_limit: int = 1_000_000   # pairs per multi rule and iteration
     filter_cycles: bool = True
     incremental: bool = True     # search only for matches that involve something new
+    # False (TENSAT): the node limit is checked after each rule. True (MCTS, one rule per step):
+    # a rule's matches are applied in chunks that fit under the limit, so a single rule cannot
+    # add tens of thousands of nodes past it
+    chunked_node_limit: bool = False
 
 
 @dataclass
@@ -170,7 +174,14 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
                               index.cnodes, eg.nodes, eg.children, eg.classes)
             st.rejected_cycle = int(len(rows) - keep.sum())
             rows = rows[keep]
-        if len(rows):
+        if len(rows) and limits.chunked_node_limit:
+            per = max(rule.applier.new_nodes, 1)     # an upper bound per match
+            i = 0
+            while i < len(rows) and eg.num_nodes < limits.node_limit:
+                k = max(16, (limits.node_limit - eg.num_nodes) // per)
+                pending_unions.append(_apply(eg, rule.applier, rows[i:i + k], consts, st))
+                i += k
+        elif len(rows):
             pending_unions.append(_apply(eg, rule.applier, rows, consts, st))
         if eg.num_nodes > limits.node_limit:
             hit_limit = True
