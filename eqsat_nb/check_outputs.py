@@ -10,7 +10,7 @@ measured at <= 4e-7 of max|ref| here, while NumPy's default allclose rejects cor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -102,13 +102,43 @@ def verify_graphs(original: Graph, optimized: Graph, weights: Mapping[str, Any] 
         raise ValueError(f"the graphs return {len(original.outputs)} and "
                          f"{len(optimized.outputs)} values")
     env = {"@" + k: v for k, v in (weights or {}).items()}
+    return _worst_over_seeds(original, env, lambda seed: run(optimized, env, seed=seed), seeds,
+                             rtol, atol_rel)
+
+
+def _worst_over_seeds(original: Graph, env: dict, candidate: Callable[[int], Sequence[Any]],
+                      seeds: Sequence[int], rtol: float, atol_rel: float) -> Verification:
+    """Compare `candidate(seed)` with the interpreter on `original`, keeping each output's
+    worst check over the seeds."""
     names = list(original.outputs)
     worst: list[OutputCheck | None] = [None] * len(names)
     for seed in seeds:
         ref = run(original, env, seed=seed)
-        got = run(optimized, env, seed=seed)
-        for i, check in enumerate(compare(ref, got, names, rtol, atol_rel)):
+        for i, check in enumerate(compare(ref, candidate(seed), names, rtol, atol_rel)):
             old = worst[i]
             if old is None or (not check.ok, check.worst_excess) > (not old.ok, old.worst_excess):
                 worst[i] = check
     return Verification(tuple(w for w in worst if w is not None), tuple(seeds), rtol, atol_rel)
+
+
+def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None = None,
+                seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL
+                ) -> Verification:
+    """Run an exported ONNX model in onnxruntime and compare it with the reference interpreter
+    on `original`, same inputs (the exporter keeps the graph's input order)."""
+    from .ir.interp import random_tensor
+    from .runtime import session
+
+    inputs = list(model.graph.input)[:len(original.inputs)]
+    if len(inputs) != len(original.inputs):
+        raise ValueError(f"the ONNX model takes {len(inputs)} inputs, the graph "
+                         f"{len(original.inputs)}")
+    sess = session(model)
+    env = {"@" + k: v for k, v in (weights or {}).items()}
+
+    def onnx_outputs(seed: int) -> Sequence[Any]:
+        feed = {vi.name: random_tensor(v, ty, seed) for (v, ty), vi in zip(original.inputs,
+                                                                           inputs)}
+        return sess.run(None, feed)
+
+    return _worst_over_seeds(original, env, onnx_outputs, seeds, rtol, atol_rel)

@@ -151,3 +151,22 @@ def test_bench_prints_the_table_with_published_numbers(capsys):
 def test_bench_unknown_model_is_a_clear_error(capsys):
     assert main(["bench", "no_such_model", "-q"]) == 1
     assert "no such model file or shipped example" in capsys.readouterr().err
+
+
+def test_run_exports_onnx_checked_in_onnxruntime(tmp_path, capsys):
+    import onnx
+
+    out = tmp_path / "o.onnx"
+    assert main(["run", str(EXAMPLES / "tiny_conv.tir"), "--onnx", str(out), "-q"]) == 0
+    assert "verified in onnxruntime" in capsys.readouterr().out
+    onnx.checker.check_model(onnx.load(str(out)), full_check=True)
+    back = tmp_path / "back.tir"
+    assert main(["run", str(out), "-o", str(back), "-q", "--extract", "ocf"]) == 0
+    assert sum(1 for _ in load(back).compute_nodes()) == 5
+
+
+def test_bench_measures_in_onnxruntime(capsys):
+    assert main(["bench", str(EXAMPLES / "tiny_conv.tir"), "--repeats", "3", "-q",
+                 "--extract", "ocf"]) == 0
+    out = capsys.readouterr().out
+    assert "ort speed-up %" in out and "| tiny_conv |" in out

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,6 @@ PUBLISHED_MCTS = {"bert": 14.63, "inceptionv3": -0.01, "mobilenetv2": -0.36, "na
                   "nasrnn": 41.19, "resnet50": 3.60, "resnext50": 77.84, "squeezenet": 48.16,
                   "vgg19": 39.69, "transformer_transducer": 13.02, "vit_base": 14.60,
                   "vit_large": 9.69, "vit_huge": 0.82}
-
-PROTOBUF_LIMIT = 1_800_000_000      # bytes; larger models go through a file with external data
-
 
 def add_parser(sub: Any) -> None:
     c = sub.add_parser("bench", help="run every example (or the given models) through the "
@@ -75,38 +71,19 @@ def resolve_models(names: list[str]) -> list[Path]:
 
 def measure_pair(first, second, repeats: int, warmups: int = 3) -> tuple[float, float]:
     """Median onnxruntime latency (ms) of two ONNX models, timed alternately in one process."""
-    from ..cost.onnx_node import make_session, random_inputs
+    from ..cost.onnx_node import random_inputs
+    from ..runtime import session
 
-    with tempfile.TemporaryDirectory() as tmp:
-        sessions, feeds = [], []
-        for i, model in enumerate((first, second)):
-            sessions.append(_session(model, Path(tmp) / f"m{i}.onnx", make_session))
-            feeds.append(random_inputs(model))
-        times: list[list[float]] = [[], []]
-        for r in range(warmups + repeats):
-            for i in (0, 1) if r % 2 == 0 else (1, 0):
-                t0 = time.perf_counter()
-                sessions[i].run(None, feeds[i])
-                if r >= warmups:
-                    times[i].append(time.perf_counter() - t0)
+    sessions = [session(first), session(second)]
+    feeds = [random_inputs(first), random_inputs(second)]
+    times: list[list[float]] = [[], []]
+    for r in range(warmups + repeats):
+        for i in (0, 1) if r % 2 == 0 else (1, 0):
+            t0 = time.perf_counter()
+            sessions[i].run(None, feeds[i])
+            if r >= warmups:
+                times[i].append(time.perf_counter() - t0)
     return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
-
-
-def _session(model, path: Path, make_session):
-    if model.ByteSize() < PROTOBUF_LIMIT:
-        return make_session(model)
-    import onnx
-    import onnxruntime as ort
-
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=path.name + ".data")
-    so = ort.SessionOptions()                    # make_session's settings, from a file
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 def bench_command(args: argparse.Namespace) -> int:

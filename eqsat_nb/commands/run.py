@@ -42,20 +42,42 @@ def check_writable(path: str | None, force: bool) -> None:
         raise TirError("file exists; pass --force to overwrite it", file=path)
 
 
-def write_atomic(path: str, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp)` on a temporary file next to `path`, then rename it into place."""
+def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str, ...] = ()
+                 ) -> None:
+    """Call `write(tmp)` on a temporary file next to `path`, then rename it into place.
+    `side_files` are other files `write` creates (ONNX external data): removed if it fails."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                dir=str(target.parent if str(target.parent) else "."))
     os.close(fd)
+    done = False
     try:
         write(Path(tmp))
         os.replace(tmp, target)
+        done = True
     except OSError as e:
         raise TirError(f"cannot write file: {e.strerror}", file=path) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        for side in side_files if not done else ():
+            if os.path.exists(side):
+                os.unlink(side)
+
+
+def write_onnx(path: str, model: Any) -> None:
+    """Write an ONNX model atomically; weights beyond protobuf's 2 GB go to `PATH.data`."""
+    from ..runtime import PROTOBUF_LIMIT
+
+    if model.ByteSize() < PROTOBUF_LIMIT:
+        write_atomic(path, lambda p: p.write_bytes(model.SerializeToString()))
+        return
+    import onnx
+
+    data = Path(path).name + ".data"
+    write_atomic(path, lambda p: onnx.save_model(model, str(p), save_as_external_data=True,
+                                                 all_tensors_to_one_file=True, location=data),
+                 side_files=(str(Path(path).with_name(data)),))
 
 
 # ------------------------------------------------------------------ options
@@ -159,7 +181,17 @@ def run_command(args: argparse.Namespace) -> int:
     if args.onnx:
         from ..onnx_io import to_onnx
         model = to_onnx(result.optimized, weights, seed=args.seed)
-        write_atomic(args.onnx, lambda p: p.write_bytes(model.SerializeToString()))
+        if not args.no_verify:
+            from ..check_outputs import verify_onnx
+            t = time.perf_counter()
+            onnx_check = verify_onnx(graph, model, weights, seeds=check.seeds)
+            result.times["verify_onnx"] = time.perf_counter() - t
+            report["verification"]["onnxruntime"] = onnx_check.summary()
+            if not onnx_check.ok:
+                raise VerificationError(
+                    f"the exported ONNX model does not match the original in onnxruntime: "
+                    f"{onnx_check.summary()}. Nothing was written.", file=args.onnx)
+        write_onnx(args.onnx, model)
     if args.output:
         from ..ir.printer import print_graph
         text = print_graph(result.optimized)
@@ -247,4 +279,6 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
         lines.append(f"  rules fired: {shown}{more}")
     v = r["verification"]
     lines.append("  verified: " + v["summary"] if v else "  not verified (--no-verify)")
+    if v and v.get("onnxruntime"):
+        lines.append("  verified in onnxruntime: " + v["onnxruntime"])
     return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""onnxruntime sessions for whole models of any size, with the settings that measured stable.
+
+Protobuf caps a serialized model at 2 GB, so larger models (ViT-Huge has 2.5 GB of weights) go
+through a temporary file with external data; the session keeps what it needs in memory.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PROTOBUF_LIMIT = 1_800_000_000      # bytes; leave room below protobuf's 2 GiB
+
+
+def session_options(threads: int = 1) -> Any:
+    """`threads` intra-op threads, one inter-op thread, sequential, all graph optimizations."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    return so
+
+
+def session(model: Any, threads: int = 1) -> Any:
+    """A CPU inference session for an `onnx.ModelProto`."""
+    import onnxruntime as ort
+
+    so = session_options(threads)
+    if model.ByteSize() < PROTOBUF_LIMIT:
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        onnx.save_model(model, str(path), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="model.onnx.data")
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
