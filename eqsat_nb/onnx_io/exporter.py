@@ -32,7 +32,11 @@ from ..ir.shapes import spatial_pads
 
 WEIGHTS_KEY = "eqsat-nb.weights"
 EXTERNAL_BYTES = 1_500_000_000
-MIN_OPSET = 13           # Split/ReduceMean/Softmax forms below assume at least this
+# the opset from which each op's ONNX form below exists (Softmax: the last-axis-only semantics
+# before 13 differ; Split takes sizes as an input from 13; ...)
+OPSET_NEEDED = {"split": 13, "softmax": 13, "layernorm": 17, "slice": 10, "pad": 11,
+                "dropout": 12, "enlarge": 13, "merge": 13, "gelu": 9, "broadcast": 8,
+                "reshape": 5, "reduce_mean": 1, "batchnorm": 9}
 _ACT_OPS = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 _SIMPLE = {"ewadd": "Add", "ewmul": "Mul", "relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
 
@@ -43,11 +47,17 @@ def _target_opset(graph: Graph, opset: int | None) -> tuple[int, dict[str, int]]
 
     need = [n.attr["opset"] for n in graph.nodes
             if n.op == "opaque" and n.attr["domain"] in ("", "ai.onnx")]
-    target = opset if opset is not None else max([DEFAULT_OPSET] + need)
-    if target < MIN_OPSET:
-        raise TirError(f"cannot write opset {target}; the exporter writes opset {MIN_OPSET} or later")
-    if any(n.op == "layernorm" for n in graph.nodes) and target < 17:
-        raise TirError(f"layernorm needs opset 17 or later, not {target}")
+    required = max([OPSET_NEEDED.get(n.op, 1) for n in graph.nodes], default=1)
+    if opset is not None:
+        target = opset
+    elif need:                      # write opaque nodes in the opset they came from
+        target = max(need + [required])
+    else:
+        target = DEFAULT_OPSET
+    for n in graph.nodes:
+        if OPSET_NEEDED.get(n.op, 1) > target:
+            raise TirError(f"{n.op} ({', '.join(n.results)}) needs opset "
+                           f"{OPSET_NEEDED[n.op]} or later, not {target}")
     others: dict[str, int] = {}
     for n in graph.nodes:
         if n.op != "opaque":

@@ -83,6 +83,7 @@ class _Importer:
         self.meta_before: dict[str, list[tuple[str, str, str]]] = {}
         self.meta_names: dict[str, tuple[str, str]] = {}  # initializer → (weight name, SSA)
         self.bad_types: dict[str, int] = {}       # values of element types the IR lacks
+        self.zero_size: set[str] = set()
 
     # ------------------------------------------------------------------ errors and names
     def err(self, msg: str, node: Any = None) -> TirError:
@@ -112,6 +113,12 @@ class _Importer:
     # ------------------------------------------------------------------ values
     def type_of(self, name: str, node: Any = None) -> TensorType:
         t = self.types.get(name)
+        if t is None and name in self.bad_types:
+            raise self.err(f"'{name}' has element type "
+                           f"{_TYPE_NAMES.get(self.bad_types[name], self.bad_types[name])}, which "
+                           f"the IR cannot hold", node)
+        if t is None and name in self.zero_size:
+            raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node)
         if t is None:
             raise self.err(f"the shape of '{name}' is unknown (shape inference could not derive "
                            f"it; data-dependent shapes are not supported)", node)
@@ -259,7 +266,7 @@ class _Importer:
             if not inp.type.HasField("tensor_type") or not tt.HasField("shape"):
                 raise self.err(f"graph input '{inp.name}' has no tensor shape")
             for d in tt.shape.dim:
-                if d.HasField("dim_value") and d.dim_value > 0:
+                if d.HasField("dim_value"):
                     continue
                 size = self.dims.get(d.dim_param, DEFAULT_DIM) if d.dim_param else DEFAULT_DIM
                 d.Clear()
@@ -277,11 +284,13 @@ class _Importer:
             if not tt.HasField("shape") or tt.elem_type == 0:
                 continue
             dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
-            if any(d <= 0 for d in dims):
-                continue                 # unknown or zero-size: left unknown
             if tt.elem_type not in ONNX_TO_DTYPE:
                 self.bad_types[vi.name] = tt.elem_type
                 continue
+            if 0 in dims:
+                self.zero_size.add(vi.name)
+            if any(d <= 0 for d in dims):
+                continue                 # unknown or zero-size: left unknown
             self.types[vi.name] = TensorType(tuple(dims), ONNX_TO_DTYPE[tt.elem_type])
         for t in g.initializer:
             if t.data_type in ONNX_TO_DTYPE and all(d > 0 for d in t.dims):
@@ -931,9 +940,26 @@ MAPPED_OPS: frozenset[str] = frozenset(_MAPPERS) | {"Constant", "Identity"}
 
 
 def from_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
-              check: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
-    """Import an in-memory onnx.ModelProto (see `load_onnx`)."""
+              check: bool = True, constants: Mapping[str, np.ndarray] | None = None
+              ) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Import an in-memory onnx.ModelProto (see `load_onnx`). `constants` freezes graph inputs
+    to known values (e.g. a Reshape's target shape fed as an input), which lets ops whose
+    parameters are inputs map onto the table."""
     import onnx
+    from onnx import numpy_helper
+
+    if constants:
+        frozen = onnx.ModelProto()
+        frozen.CopyFrom(model)
+        names = {i.name for i in frozen.graph.input}
+        for name, value in constants.items():
+            if name not in names:
+                raise TirError(f"constant '{name}' is not a graph input", file=source)
+            frozen.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        keep = [i for i in frozen.graph.input if i.name not in constants]
+        del frozen.graph.input[:]
+        frozen.graph.input.extend(keep)
+        model = frozen
 
     if check:
         try:
