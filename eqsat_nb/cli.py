@@ -7,8 +7,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from . import __version__
 from .errors import TirError
 
@@ -59,6 +57,8 @@ def _cmd_print(args: argparse.Namespace) -> int:
 
 
 def _cmd_interp(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from .ir.interp import run
     from .ir.parse import load
 
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-v", "--verbose", action="store_true", help="also list the rules that pass")
     c.set_defaults(func=_cmd_verify_rules)
 
-    from .extract.run import METHODS
+    from .extract import METHODS
     c = sub.add_parser("extract", help="extract from a serialized e-graph (egraph-serialize JSON, "
                        "node costs from the file); print the DAG cost and the time")
     c.add_argument("file", metavar="FILE.json")

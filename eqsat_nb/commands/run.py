@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import TirError
-from ..search.saturate import Limits
+from ..search.limits import Limits
 
 DEFAULT_LIMITS = Limits()
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import METHODS  # defined in __init__: the CLI reads it without loading kernels
 from .problem import ExtractionProblem
 
 
@@ -14,9 +15,6 @@ class Extraction:
     bound: float | None = None      # ILP: best lower bound
     gap: float | None = None
     status: str = "ok"
-
-
-METHODS: tuple[str, ...] = ("greedy", "ocf", "ocf+switch", "ilp")
 
 
 def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -> Extraction:
