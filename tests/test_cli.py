@@ -60,7 +60,8 @@ def test_help_lists_exactly_the_working_commands(capsys):
     assert out.startswith("usage: eqsat-nb ")
     section = out.split("positional arguments:", 1)[1].split("options:", 1)[0]
     commands = re.findall(r"^    (\S+)", section, flags=re.M)
-    assert commands == ["check", "print", "interp", "verify-rules", "extract"]
+    assert commands == ["check", "print", "interp", "verify-rules", "extract", "run", "bench",
+                        "profile"]
 
 
 def test_no_command_is_a_usage_error(capsys):
