@@ -76,25 +76,28 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
     if options.search == "saturate":
         report = saturate(eg, rules, options.limits, progress=on_iteration)
         iterations, stop, fired = len(report.iterations), report.stop_reason, report.applied
-    else:
+        times["search"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        costs = cost_model.egraph_costs(eg)
+        problem = from_egraph(eg, costs)
+        times["costs"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        choice, how = _extract(problem, options)
+        nodes = egraph_choice(problem, choice, eg.num_nodes)
+        times["extract"] = time.perf_counter() - t
+    else:          # MCTS prices, searches and extracts (ocf during search, its final extractor)
         from .search.mcts import MctsOptions, mcts_optimize
         mopts = options.mcts if options.mcts is not None else MctsOptions()
         report = mcts_optimize(eg, rules, cost_model, mopts, progress=on_decision)
-        eg = getattr(report, "egraph", eg)
-        iterations = len(report.decisions)
-        stop, fired = report.stop_reason, dict(report.rules_applied)
-    times["search"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    costs = cost_model.egraph_costs(eg)
-    problem = from_egraph(eg, costs)
-    times["costs"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    choice, how = _extract(problem, options)
-    optimized = egraph_to_graph(eg, egraph_choice(problem, choice, eg.num_nodes),
-                                name=graph.name)
-    times["extract"] = time.perf_counter() - t
+        eg = report.egraph
+        iterations, stop = len(report.decisions), report.stop_reason
+        fired, how = dict(report.rules_applied), report.extraction
+        times["search"] = report.search_seconds
+        times["extract"] = report.extract_seconds
+        nodes = report.choice
+    optimized = egraph_to_graph(eg, nodes, name=graph.name) if nodes is not None else graph
 
     before, after = graph_cost(cost_model, graph), graph_cost(cost_model, optimized)
     improved = after < before * (1 - 1e-9)

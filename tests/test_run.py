@@ -170,3 +170,15 @@ def test_bench_measures_in_onnxruntime(capsys):
                  "--extract", "ocf"]) == 0
     out = capsys.readouterr().out
     assert "ort speed-up %" in out and "| tiny_conv |" in out
+
+
+def test_run_with_mcts_search(tmp_path, capsys):
+    out, rep = tmp_path / "o.tir", tmp_path / "r.json"
+    args = ["run", str(EXAMPLES / "tiny_conv.tir"), "--search", "mcts", "--budget", "8",
+            "--seed", "3", "-o", str(out), "--report", str(rep), "-q", "--extract", "ocf"]
+    assert main(args) == 0
+    report = json.loads(rep.read_text())
+    assert report["verification"]["ok"] and report["cost_after_us"] < report["cost_before_us"]
+    first = out.read_text()
+    assert main(args + ["--force"]) == 0                  # same seed, same graph
+    assert out.read_text() == first

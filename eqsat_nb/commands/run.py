@@ -216,7 +216,7 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
             graph, cost_model, rules, options,
             on_iteration=lambda it: bar.update(it.index, f"{it.nodes} nodes, "
                                                          f"{it.classes} classes"),
-            on_decision=lambda i, *rest: bar.update(i, " ".join(str(r) for r in rest)))
+            on_decision=lambda d: bar.update(d.index, f"{d.action}, {d.nodes} nodes"))
     check = None
     if not args.no_verify:
         from ..check_outputs import verify_graphs
