@@ -114,7 +114,7 @@ def check_case(case: Any, run_opaque: bool = True, roundtrip: bool = True) -> Ca
     if frozen and len(case.data_sets) != 1:
         return CaseResult(case.name, ops, SKIPPED, "parameters fed as inputs, several data sets")
     names = [i.name for i in model.graph.input]
-    constants = ({n: x for n, x in zip(names, case.data_sets[0][0]) if n in frozen}
+    constants = ({n: np.asarray(x) for n, x in zip(names, case.data_sets[0][0]) if n in frozen}
                  if frozen else None)
     try:
         graph, weights = from_onnx(model, case.name, constants=constants)
@@ -129,9 +129,9 @@ def check_case(case: Any, run_opaque: bool = True, roundtrip: bool = True) -> Ca
     env_w = {"@" + k: v for k, v in weights.items() if v.size}
     exported = None
     for all_inputs, expected in case.data_sets:
-        if not all(isinstance(x, np.ndarray) for x in all_inputs):
+        if not all(isinstance(x, (np.ndarray, np.generic)) for x in all_inputs):
             return CaseResult(case.name, ops, SKIPPED, "inputs of an element type NumPy lacks")
-        inputs = [x for n, x in zip(names, all_inputs) if n not in frozen]
+        inputs = [np.asarray(x) for n, x in zip(names, all_inputs) if n not in frozen]
         if len(inputs) != len(real_inputs) or len(graph.inputs) != len(inputs):
             return CaseResult(case.name, ops, SKIPPED, "optional inputs left out")
         env = {ssa: np.asarray(x) for (ssa, _), x in zip(graph.inputs, inputs)}

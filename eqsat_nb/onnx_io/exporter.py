@@ -94,7 +94,8 @@ class _Writer:
         self.weight_inputs: list[Any] = []
         self.weight_meta: list[list[str]] = []
         self.values: dict[str, np.ndarray] = {}      # SSA name → value, for weights
-        plain = {v[1:] for v in self.types}
+        weight_values = {n.results[0] for n in graph.nodes if n.op == "weight"}
+        plain = {v[1:] for v in self.types if v not in weight_values}
         self.name: dict[str, str] = {}
         for node in graph.nodes:
             if node.op == "weight":

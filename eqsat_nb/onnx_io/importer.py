@@ -214,6 +214,9 @@ class _Importer:
             ssa = self.ssa_for(inp.name)
             self.b.input(ty.shape, ty.dtype, name=ssa)
             self.defined.add(inp.name)
+        for node in g.node:      # constants first: patterns (find_gelu) read their values
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                self.constant(node)
         self.find_gelu()
         for i, node in enumerate(g.node):
             if i in self.skip:
