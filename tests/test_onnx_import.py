@@ -156,7 +156,7 @@ def test_unsupported_dtype_and_unknown_shape_name_the_node(tmp_path):
         from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), "m.onnx")
     g = helper.make_graph([helper.make_node("NonZero", ["x"], ["y"], name="nz")], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                          [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [1, "n"])])
     with pytest.raises(TirError) as e:
         from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), "m.onnx")
     assert str(e.value).startswith("m.onnx: error: node 'nz' (NonZero)") and "shape" in str(e.value)
