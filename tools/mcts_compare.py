@@ -80,7 +80,7 @@ def tensat(graph, rules, model, args) -> dict:
 def mcts(graph, rules, model, args) -> dict:
     t = time.perf_counter()
     eg = graph_to_egraph(graph)
-    opts = MctsOptions(seed=args.seed, budget=args.budget, depth=args.depth,
+    opts = MctsOptions(seed=args.seed, budget=args.budget, depth=args.depth, reward_extract=args.reward,
                        node_limit=args.node_limit, c_uct=args.c_uct, workers=args.workers,
                        final_extract=args.final, ilp_time_limit=args.ilp_time_limit)
     rep = mcts_optimize(eg, rules, model, opts)
@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--final", choices=("ilp", "ocf"), default="ilp")
+    ap.add_argument("--reward", choices=("ocf", "ocf+switch"), default="ocf",
+                    help="extractor of the rollout rewards")
     ap.add_argument("--ilp-time-limit", type=float, default=60.0)
     ap.add_argument("--out", help="also write the Markdown table here")
     ap.add_argument("--json", help="write the raw results as JSON here")
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, raw = [], {}
     print(f"device profile: analytic {args.device}; node limit {args.node_limit}; budget "
           f"{args.budget}, depth {args.depth}, c_uct {args.c_uct}, seed {args.seed}, workers "
-          f"{args.workers}; final extraction {args.final}", flush=True)
+          f"{args.workers}; rewards {args.reward}; final extraction {args.final}", flush=True)
     print(head, flush=True)
     for name in args.models:
         graph = load(data_dir("ir_examples") / f"{name}.tir")

@@ -66,6 +66,9 @@ class MctsOptions:
     workers: int = 1
     final_extract: str = "ilp"   # "ilp" | "ocf": what `MctsReport.cost_after` is measured with
     ilp_time_limit: float = 60.0
+    # the rollouts' extractor: "ocf" (the paper's) or "ocf+switch", whose joint-switch pass sees
+    # merges (enlarge/concat + one kernel + split) that pay only when all consumers switch
+    reward_extract: str = "ocf"
     time_limit: float = 3600.0   # whole search
     max_decisions: int = 1000
     # multi-pattern matches joined per action: an action never adds more than `node_limit` nodes
@@ -278,7 +281,7 @@ class Context:
             return got
         self.misses += 1
         problem = problem_of(eg, masked_costs(eg, raw))
-        got = dag_cost(problem, extract(problem, "ocf").choice)
+        got = dag_cost(problem, extract(problem, self.options.reward_extract).choice)
         self.cost_cache[fp] = got
         return got
 
