@@ -606,12 +606,12 @@ def mcts_optimize(eg: EGraph, rules: Sequence[Rule], cost_model: CostModel,
                 tr.state = state
             jobs = [Job(trees[w], per_worker[w], _seed(options.seed, d, w))
                     for w in range(workers) if per_worker[w]]
+            prior = sum(tr.visits for tr in trees)     # a reused subtree's earlier visits
             trees = executor.run(jobs)
             visits: dict[int, int] = {}
             values: dict[int, float] = {}
-            sims = 0
+            sims = sum(tr.visits for tr in trees) - prior
             for tr in trees:
-                sims += tr.visits
                 for a, c in tr.children.items():
                     visits[a] = visits.get(a, 0) + c.visits
                     values[a] = values.get(a, 0.0) + c.value
