@@ -52,17 +52,18 @@ def _pytest(args: list[str], env: dict[str, str] | None = None,
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _measure(path: Path) -> Path:
+    proc = _pytest([BENCH, "-q", f"--benchmark-json={path}"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return path
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """A baseline run, an unchanged run, and a slowed run (which also compares itself with the
-    baseline through pytest-benchmark's storage options)."""
+    """A baseline run and a slowed run (which also compares itself with the baseline through
+    pytest-benchmark's storage options)."""
     tmp = tmp_path_factory.mktemp("perf")
-    out: dict[str, object] = {}
-    for name in ("base", "same"):
-        path = tmp / f"{name}.json"
-        proc = _pytest([BENCH, "-q", f"--benchmark-json={path}"])
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        out[name] = path
+    out: dict[str, object] = {"tmp": tmp, "base": _measure(tmp / "base.json")}
     storage = tmp / "storage"
     (storage / perf_compare.machine_id()).mkdir(parents=True)
     (storage / perf_compare.machine_id() / "0001_base.json").write_bytes(
@@ -80,10 +81,24 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 
 def test_unchanged_run_passes(runs, capsys):
-    rc = perf_compare.main([str(runs["same"]), "--baseline", str(runs["base"])])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert "test_snapshot_2000" in out and "REGRESSION" not in out
+    """An unchanged run measured right after a baseline passes. A shared machine can slow a
+    whole short run by ~30 %, so up to three (baseline, run) pairs are tried: noise does not
+    repeat three times, a tool that misreads unchanged runs does."""
+    tmp: Path = runs["tmp"]
+    base = runs["base"]
+    outputs = []
+    for attempt in range(3):
+        if attempt:
+            base = _measure(tmp / f"base{attempt}.json")
+        rc = perf_compare.main([str(_measure(tmp / f"same{attempt}.json")), "--baseline",
+                                str(base)])
+        out = capsys.readouterr().out
+        outputs.append(out)
+        assert "test_snapshot_2000" in out
+        if rc == 0:
+            assert "REGRESSION" not in out
+            return
+    pytest.fail("unchanged runs failed the comparison three times:\n" + "\n".join(outputs))
 
 
 def test_slowed_kernel_fails(runs, capsys):
