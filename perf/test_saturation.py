@@ -62,7 +62,8 @@ def test_ematch_all_rules(bench, benchmark, model):
 
 # ------------------------------------------------------------------ TENSAT models
 
-@pytest.mark.parametrize("model", [m if m in QUICK_MODELS else pytest.param(m, marks=pytest.mark.full)
+@pytest.mark.parametrize("model", [m if m in QUICK_MODELS else
+                                   pytest.param(m, marks=pytest.mark.full)
                                    for m in sorted(TENSAT_EXPLORATION_S)])
 def test_tensat_model(bench, benchmark, model):
     """Graph → e-graph → saturation at TENSAT's settings (50k nodes, 15 iterations, k_multi 1)."""

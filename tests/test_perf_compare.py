@@ -36,7 +36,8 @@ EGraph.snapshot = _slow_snapshot
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perf_compare", ROOT / "tools" / "perf_compare.py")
+    spec = importlib.util.spec_from_file_location("perf_compare",
+                                                  ROOT / "tools" / "perf_compare.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module             # dataclasses look their module up
     spec.loader.exec_module(module)

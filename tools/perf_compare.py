@@ -41,7 +41,7 @@ NOT_FIGURES = frozenset({"ratio_vs_egglog", "egglog_run_s", "m_inserts_per_s", "
 
 
 def machine_id() -> str:
-    """pytest-benchmark's storage folder name for this interpreter, e.g. Linux-CPython-3.11-64bit."""
+    """pytest-benchmark's storage folder for this interpreter (Linux-CPython-3.11-64bit)."""
     return "-".join((platform.system(), platform.python_implementation(),
                      ".".join(platform.python_version_tuple()[:2]), platform.architecture()[0]))
 
@@ -202,7 +202,8 @@ def headline(path: Path) -> str:
          "test_extract.py::test_extract_saturated[nasneta-ilp]")
     item("analytic CPU costs of every node of saturated NasNet-A",
          "test_costs.py::test_analytic_egraph_costs[nasneta]")
-    item("cost cache, every signature of NasRNN in one read", "test_costs.py::test_cost_cache_get_many")
+    item("cost cache, every signature of NasRNN in one read",
+         "test_costs.py::test_cost_cache_get_many")
     e2e = {k.split("[")[1].rstrip("]"): b for k, b in run.items() if "::test_optimize[" in k}
     if e2e:
         parts = [f"{k} {fmt_time(float(b['stats']['median']))} "
