@@ -238,3 +238,69 @@ def test_ort_timing_is_positive_and_grows_with_size():
     big = m.measure("conv2d", {}, _conv(32, 32), {1})   # ~256x the FLOPs
     assert 0 < small < big
     assert m.measurements == 2
+
+
+# ----------------------------------------------------------------------------------- ort rules
+
+def _sig(op, attrs, shapes, consts=()):
+    from eqsat_nb.cost.model import OpSignature
+    from eqsat_nb.ir.ops import infer_types, normalize_attrs, op_def
+
+    ins = tuple(T(s) for s in shapes)
+    norm = tuple(normalize_attrs(op_def(op), dict(attrs)))
+    return OpSignature(op, norm, ins, tuple(infer_types(op, list(ins), norm)), tuple(consts))
+
+
+def test_rules_price_what_a_whole_model_executes():
+    m = OrtCostModel(None, repeats=5, warmups=1)
+    m._floor = (5.0, 0.25)                     # no overhead measurement needed for rules
+    assert m.cost(_sig("dropout", {"ratio": 0.1}, [(2, 8)])) == 0.0
+    assert m.cost(_sig("reshape", {"shape": (4, 4)}, [(2, 8)])) == 0.25
+    assert m.cost(_sig("relu", {}, [(1, 8, 4, 4)])) == 0.0
+    bn = [(1, 8, 4, 4), (8,), (8,), (8,), (8,)]
+    assert m.cost(_sig("batchnorm", {}, bn, (1, 2, 3, 4))) == 0.0
+    assert m.measurements == 0
+    # not covered by a rule: measured (2-D relu; batchnorm with computed parameters)
+    assert m.rule_cost(_sig("relu", {}, [(8, 16)])) is None
+    assert m.rule_cost(_sig("batchnorm", {}, bn, (1, 2, 3))) is None
+    assert m.cost(_sig("relu", {}, [(8, 16)])) >= 0.25 and m.measurements == 1
+
+
+def test_replicate_runs_every_copy_on_the_same_inputs():
+    from eqsat_nb.cost.ort import replicate
+
+    types = [T((2, 6)), T((6, 3))]
+    models = [one_node_model("matmul", {"act": "relu"}, types, {1}, seed=i) for i in range(3)]
+    rep = replicate(models)
+    onnx.checker.check_model(rep, full_check=True)
+    assert [i.name for i in rep.graph.input] == ["in0"] and len(rep.graph.output) == 3
+    feed = random_inputs(models[0], seed=4)
+    got = run_model(rep, feed)
+    for k, m in enumerate(models):
+        np.testing.assert_allclose(got[k], run_model(m, feed)[0], rtol=1e-6)
+
+
+def test_cold_weights_are_timed_as_side_by_side_copies():
+    m = OrtCostModel(None, repeats=5, warmups=1)
+    m._floor = (5.0, 0.25)
+    model, k = m.node_model("matmul", {"act": "none"}, [T((1, 512)), T((512, 512))], {1})
+    assert k == m.copies([T((1, 512)), T((512, 512))], {1}) > 1
+    assert len(model.graph.node) == k and len(model.graph.initializer) == k
+    assert m.per_node(5.0 + 10.0 * k, k) == pytest.approx(15.0)
+    assert m.per_node(42.0, 1) == 42.0
+
+
+def test_boundary_reorders_are_left_out():
+    from eqsat_nb.cost.ort import BOUNDARY_KERNELS, CpuTimer, optimized_op_types
+
+    conv = one_node_model("conv2d", {}, [T((1, 16, 28, 28)), T((16, 16, 1, 1))], {1})
+    if not BOUNDARY_KERNELS & set(optimized_op_types(conv)):
+        pytest.skip("this onnxruntime build does not use NCHWc layouts")
+    timer = CpuTimer([conv])
+    for _ in range(8):
+        timer.run(2)
+    assert len(timer.times) == 8 and timer.median(2) > 0
+    assert timer.boundary_us(2) > 0
+    relu = CpuTimer([one_node_model("relu", {}, [T((4, 8))])])
+    relu.run()
+    assert relu.boundary_us() == 0.0

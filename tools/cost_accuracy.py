@@ -1,87 +1,152 @@
 """How well does the sum of per-op `ort` costs predict a whole model's onnxruntime latency?
 
-For every benchmark model (or `--models` subset): the whole graph is lowered to one ONNX model
-(`eqsat_nb.cost.onnx_graph`) and timed end to end with the `ort` backend's settings (1 intra-op
-and 1 inter-op thread, sequential, full graph optimization, median of repeats); the per-op costs
-of the same graph come from `OrtCostModel` (one-node models, cached in the cost DB) and are added
-up with `graph_cost` (weight-only sub-graphs free) plus one session floor (`floor_us`: what a
-`sess.run` costs beyond its kernels, paid once per inference). Prints a Markdown table:
-model, sum of ops (ms), end to end (ms), gap % = (sum - e2e) / e2e.
+For every benchmark model (or `--models` subset) the sum of per-op costs and the end-to-end
+latency are measured in the same run, alternately, so that both see the same machine load (this
+machine's 2 vCPUs are shared; timings taken minutes apart differ by tens of percent):
 
-    python tools/cost_accuracy.py [--models resnet50 bert ...] [--cost-db PATH] [--budget S]
+- end to end: the whole graph exported by the project's exporter (`eqsat_nb.onnx_io.to_onnx`:
+  inputs as graph inputs, weights as initializers, so weight-only sub-graphs are folded by
+  onnxruntime as the cost model assumes), run with the `ort` backend's settings (1 intra-op and
+  1 inter-op thread, sequential, full graph optimization); CPU time of `sess.run` on the calling
+  thread (`CpuTimer`: onnxruntime runs the kernels there with one intra-op thread), because wall
+  medians of short one-node runs mostly catch the CPU free while a 100 ms whole-model run always
+  shares it: under a load average of 5 the wall-clock end to end was 2.5x the sum;
+- sum of ops: for every distinct signature of `graph_signatures(graph)`, the one-node models the
+  `ort` backend measures (`OrtCostModel.node_model`, cold-weight replicas included), timed as the
+  backend does (`CpuTimer`, boundary NCHWc reorders left out) and priced with
+  `OrtCostModel.net_cost`, or by its `rule_cost`; the session floor and per-node dispatch come
+  from the backend's chain models, timed in the same rounds. Predicted latency = sum + one floor.
+
+Each round runs the whole model once and every one-node configuration and chain once; medians
+over the rounds after the warm-up rounds. Prints a Markdown table: model, ops, sum of ops (ms),
+end to end (ms), gap % = (sum - e2e) / e2e. Nothing is read from or written to the cost cache.
+
+    python tools/cost_accuracy.py [--models resnet50 bert ...] [--budget S] [--rounds N]
 
 Never run it beside another profiling process: timings would disturb each other.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
 import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eqsat_nb.cost.db import CostCache  # noqa: E402
-from eqsat_nb.cost.model import graph_cost, graph_signatures  # noqa: E402
-from eqsat_nb.cost.onnx_graph import graph_model  # noqa: E402
-from eqsat_nb.cost.onnx_node import make_session, random_inputs  # noqa: E402
-from eqsat_nb.cost.ort import OrtCostModel  # noqa: E402
+from eqsat_nb.cost.model import OpSignature, graph_signatures  # noqa: E402
+from eqsat_nb.cost.onnx_node import random_inputs  # noqa: E402
+from eqsat_nb.cost.ort import CpuTimer, OrtCostModel, _chain_model  # noqa: E402
 from eqsat_nb.ir.parse import load  # noqa: E402
 
 MODELS = ("nasrnn", "bert", "resnext50", "nasneta", "squeezenet", "vgg19", "inceptionv3",
           "resnet50", "mobilenetv2", "transformer_transducer", "vit_base", "vit_large",
           "vit_huge")
+BURST = 3                    # runs of a one-node model per round, the last timed
+PROTO_LIMIT = 1 << 31        # protobuf cannot serialize more: such models go via external data
 
 
-def time_end_to_end(model, budget_s: float, max_repeats: int = 50) -> tuple[float, int]:
-    """(median µs of one whole-model run, repeats); repeats fit in about `budget_s`."""
-    sess = make_session(model)
+def whole_model_timer(model: Any, tmp: str) -> CpuTimer:
+    """A `CpuTimer` of the whole model (via a file with external weights past protobuf's 2 GiB)."""
+    import onnx
+
     feed = random_inputs(model)
-    t0 = time.perf_counter()
-    sess.run(None, feed)                              # first run: allocations, prepacking
-    first = time.perf_counter() - t0
-    warm = max(1, min(10, int(budget_s / 4 / max(first, 1e-6))))
-    for _ in range(warm):
-        sess.run(None, feed)
-    repeats = max(3, min(max_repeats, int(budget_s / max(first, 1e-6))))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        sess.run(None, feed)
-        times.append(time.perf_counter_ns() - t0)
-    return statistics.median(times) / 1000.0, repeats
+    if model.ByteSize() < PROTO_LIMIT - (1 << 20):
+        return CpuTimer([model], feed=feed, boundary=False)
+    path = os.path.join(tmp, "model.onnx")
+    onnx.save_model(model, path, save_as_external_data=True, location="weights.bin")
+    return CpuTimer([path], feed=feed, boundary=False)
+
+
+def measure_model(name: str, budget_s: float, max_rounds: int, warm_rounds: int = 2,
+                  log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Sum of per-op costs and end-to-end latency of one model, alternated in rounds."""
+    from eqsat_nb.onnx_io import to_onnx
+
+    graph = load(ROOT / "ir_examples" / f"{name}.tir")
+    cm = OrtCostModel(None)
+    sigs = Counter(graph_signatures(graph))
+    measured: dict[tuple, tuple[CpuTimer, int]] = {}
+    key_of: dict[OpSignature, tuple | None] = {}
+    for sig in sigs:
+        if cm.rule_cost(sig) is not None:
+            key_of[sig] = None
+            continue
+        attrs = dict(sig.attrs)
+        key = (sig.op, tuple(sorted(attrs.items())), sig.inputs, sig.const_inputs)
+        key_of[sig] = key
+        if key not in measured:
+            model, k = cm.node_model(sig.op, attrs, sig.inputs, set(sig.const_inputs))
+            measured[key] = (CpuTimer([model]), k)
+    chains = [CpuTimer([_chain_model(n)], boundary=False) for n in (1, 33)]
+    with tempfile.TemporaryDirectory(prefix="eqsat-nb-e2e-") as tmp:
+        e2e = whole_model_timer(to_onnx(graph), tmp)
+        t0 = time.perf_counter()
+        rounds = 0
+        while True:
+            e2e.run()
+            for timer, _ in measured.values():
+                timer.run(BURST)
+            for c in chains:
+                c.run(BURST)
+            rounds += 1
+            spent = time.perf_counter() - t0
+            if rounds >= warm_rounds + 3 and (rounds >= warm_rounds + max_rounds
+                                              or spent > budget_s):
+                break
+    run_us = {key: max(t.median(warm_rounds) - t.boundary_us(warm_rounds), 0.0)
+              for key, (t, _) in measured.items()}
+    t1, t33 = (c.median(warm_rounds) for c in chains)
+    node = max((t33 - t1) / 32, 0.0)
+    floor = max(t1 - node, 0.0)
+    cm._floor = (floor, node)         # this run's overheads, not the cached ones
+    run_us = {key: cm.per_node(us, measured[key][1]) for key, us in run_us.items()}
+    by_op: Counter[str] = Counter()
+    total = floor
+    for sig, n in sigs.items():
+        key = key_of[sig]
+        c = cm.rule_cost(sig) if key is None else cm.net_cost(run_us[key])
+        by_op[sig.op] += n * c
+        total += n * c
+    e2e_us = e2e.median(warm_rounds)
+    log(f"{name}: {sum(sigs.values())} ops ({len(measured)} timed configurations), "
+        f"{rounds - warm_rounds} rounds in {time.perf_counter() - t0:.0f} s; floor {floor:.1f} "
+        f"us, node {node:.2f} us; by op (ms): "
+        + ", ".join(f"{op} {us / 1000:.3f}" for op, us in by_op.most_common(6)))
+    return {"name": name, "ops": sum(sigs.values()), "sum_us": total, "e2e_us": e2e_us,
+            "gap": 100.0 * (total - e2e_us) / e2e_us, "rounds": rounds - warm_rounds}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME")
-    ap.add_argument("--cost-db", help="cost cache (default: $EQSAT_NB_COST_DB or user cache)")
-    ap.add_argument("--budget", type=float, default=20.0,
-                    help="seconds of end-to-end timing per model (default 20)")
+    ap.add_argument("--budget", type=float, default=60.0,
+                    help="seconds of alternated timing per model (default 60)")
+    ap.add_argument("--rounds", type=int, default=30,
+                    help="most timed rounds per model (default 30; at least 3 always run)")
     args = ap.parse_args(argv)
-    cm = OrtCostModel(CostCache(args.cost_db))
+    for name in args.models:
+        if not (ROOT / "ir_examples" / f"{name}.tir").exists():
+            print(f"no such model: {name}", file=sys.stderr)
+            return 1
     rows = []
     for name in args.models:
-        path = ROOT / "ir_examples" / f"{name}.tir"
-        if not path.exists():
-            print(f"no such model: {path}", file=sys.stderr)
-            return 1
-        graph = load(path)
-        t0 = time.perf_counter()
-        total_us = graph_cost(cm, graph) + cm.floor_us     # one sess.run floor per inference
-        n_ops = sum(1 for _ in graph_signatures(graph))
-        t_ops = time.perf_counter() - t0
-        e2e_us, reps = time_end_to_end(graph_model(graph), args.budget)
-        gap = 100.0 * (total_us - e2e_us) / e2e_us
-        rows.append((name, n_ops, total_us / 1000, e2e_us / 1000, gap, reps))
-        print(f"{name}: {n_ops} ops, sum {total_us / 1000:.3f} ms (priced in {t_ops:.1f} s), "
-              f"e2e {e2e_us / 1000:.3f} ms ({reps} runs), gap {gap:+.1f} %", file=sys.stderr)
-    print("| model | ops | sum of ops (ms) | end to end (ms) | gap % |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for name, n, s, e, g, _ in rows:
-        print(f"| {name} | {n} | {s:.3f} | {e:.3f} | {g:+.1f} |")
+        r = measure_model(name, args.budget, args.rounds,
+                          log=lambda s: print(s, file=sys.stderr, flush=True))
+        rows.append(r)
+        print(f"{name}: sum {r['sum_us'] / 1000:.3f} ms, e2e {r['e2e_us'] / 1000:.3f} ms "
+              f"({r['rounds']} rounds), gap {r['gap']:+.1f} %", file=sys.stderr, flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| model | ops | sum of ops (ms) | end to end (ms) | rounds | gap % |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['name']} | {r['ops']} | {r['sum_us'] / 1000:.3f} | {r['e2e_us'] / 1000:.3f} "
+              f"| {r['rounds']} | {r['gap']:+.1f} |")
     return 0
 
 

@@ -8,7 +8,7 @@ Zero-cost nodes (TENSAT's treatment): `noop`, `input`, `weight`, literal leaves 
 (reading one result of a split computes nothing: the split node pays for producing them) and any
 node whose e-class is weight-only (`is_const`): such sub-expressions are folded before inference.
 `opaque` nodes (operators the IR does not model) cost one kernel launch, `OPAQUE_LAUNCHES` x the
-model's `launch_us`. Layout-only ops are priced by the backend; see `analytic.py` for its choice.
+model's `launch_us`. Layout-only ops are priced by the backend; see `analytic.py` and `ort.py` (rules).
 
 `OpSignature.const_inputs` lists the operands that are weight-only (weights, or folded weight
 expressions): measuring backends make them initializers of the one-node model (a runtime
