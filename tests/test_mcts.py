@@ -141,12 +141,60 @@ def test_unchanged_child_is_saturated_and_root_closes(cpu):
 
 
 def test_saturated_search_stops(cpu):
+    """The paper's loop (continue_on_zero): the only applicable action pays nothing but is applied
+    anyway; after it every action rebuilds what is there, so the search is saturated."""
     eg = graph_to_egraph(_toy())
     rep = mcts_optimize(eg, parse_rules(TOY_RULES, "<toy>"), cpu,
                         MctsOptions(budget=16, final_extract="ocf"))
-    assert rep.stop_reason in ("saturated", "no improving action")
-    assert len(rep.decisions) == 0 and rep.simulations <= 2
+    assert rep.stop_reason == "saturated"
+    assert [d.action for d in rep.decisions] == ["assoc_l"]
+    assert rep.decisions[0].mean_value == 0.0
     assert rep.cost_after == pytest.approx(rep.cost_before)   # nothing here is cheaper
+
+
+def test_stop_at_first_zero_value_decision_when_asked(cpu):
+    eg = graph_to_egraph(_toy())
+    rep = mcts_optimize(eg, parse_rules(TOY_RULES, "<toy>"), cpu,
+                        MctsOptions(budget=16, final_extract="ocf", continue_on_zero=False))
+    assert rep.stop_reason == "no improving action"
+    assert len(rep.decisions) == 0 and rep.simulations <= 2
+    assert rep.cost_after == pytest.approx(rep.cost_before)
+
+
+def test_continuing_past_zero_value_decisions_reaches_the_node_limit_and_is_no_worse(rules):
+    """On NASRNN (a100) the first decision pays and the rest have value 0 in the rollouts; going
+    on to the node limit gives the final ILP an e-graph that contains the stopped run's one."""
+    model = AnalyticCostModel("a100")
+    kw = dict(budget=4, node_limit=700, final_extract="ilp", seed=2)
+    eg_stop, stop = _mcts("nasrnn", rules, model, continue_on_zero=False, **kw)
+    eg_go, go = _mcts("nasrnn", rules, model, **kw)
+    assert stop.stop_reason == "no improving action"
+    assert go.stop_reason == "node limit" and eg_go.num_nodes >= 700
+    assert len(go.decisions) > len(stop.decisions)
+    assert [d.action for d in go.decisions[:len(stop.decisions)]] == \
+        [d.action for d in stop.decisions]
+    assert any(d.mean_value == 0.0 for d in go.decisions)
+    assert go.cost_after <= stop.cost_after * (1 + 1e-9)
+
+
+def _relus(n: int):
+    b = GraphBuilder("relus")
+    return b.build(*[b.op("relu", b.input((4, 8))) for _ in range(n)])
+
+
+@pytest.mark.parametrize("cap", [3, 10, 1000])
+def test_multi_match_cap_bounds_the_pairs_one_action_joins(cap, rules, cpu):
+    """merge_relus_axis0_2d's two sources share no variable: 6 relus join to 6 x 5 = 30 ordered
+    pairs (concat(a, b) and concat(b, a) differ); the cap keeps the first `cap` of them."""
+    eg = graph_to_egraph(_relus(6))
+    actions = compile_rules(rules, eg)
+    eg.rebuild()
+    ctx = Context(actions, cpu, MctsOptions(multi_match_limit=cap), 1.0)
+    a = [x.name for x in actions].index("merge_relus_axis0_2d")
+    assert actions[a].is_multi
+    changed, _, _, applied = ctx.apply(eg, ctx.pricer.raw(eg), a, 1)
+    assert changed
+    assert applied["merge_relus_axis0_2d"] == min(cap, 30)
 
 
 @pytest.mark.parametrize("device", ["cpu", "a100"])

@@ -17,8 +17,19 @@ too). A decision runs `budget` simulations:
 - back-up adds the return from each node on down to that node's value and one to its visits.
 
 The root child with the best mean value is applied to the real e-graph and its subtree is kept.
-The run stops when no root action has a positive mean value, when every action is saturated, at
-the node limit, or at the time limit. Extraction costs are cached by e-graph fingerprint.
+When every root action's mean value is 0 (nothing paid within the rollouts' horizon), the most
+visited one (lowest index on ties) is applied anyway (`continue_on_zero`, default): the paper's
+loop runs until the node limit or until no action is left, and the final extraction (ILP) sees
+what a larger e-graph holds even where the rollouts' greedy rewards did not, e.g. on NASRNN (a100)
+it turns 39.0 % into 43.2 % speed-up, TENSAT mode's 39.0 % unchanged. `continue_on_zero=False`
+restores the earlier stop at the first zero-value decision ("no improving action"). The run also
+stops when every action is saturated, at the node limit, or at the time or decision limit.
+Extraction costs are cached by e-graph fingerprint.
+
+Deviations from the paper (measured or forced): rewards are normalised by the original cost
+(`c_uct` is a fraction of it); the node limit is applied in chunks within a rule (one action
+cannot overshoot it by thousands of nodes); a multi-pattern action joins at most
+`multi_match_limit` match pairs (first in the join's key order, so deterministic).
 
 Root parallelism: an `Executor` maps "run k simulations from this root with seed s" over workers;
 per-action visits and values are summed into one decision. `ProcessExecutor` uses a process pool;
@@ -75,6 +86,9 @@ class MctsOptions:
     # in a useful way, while unrelated sources (relu x relu) join to (#relu)^2 pairs that are all
     # cycle-checked; TENSAT mode's 1 000 000 applies to its single early multi-pattern iteration
     multi_match_limit: int = 20_000
+    # True (the paper's loop): a decision whose actions all have mean value 0 still applies one
+    # (the most visited); False stops there ("no improving action")
+    continue_on_zero: bool = True
 
 
 @dataclass
@@ -622,8 +636,13 @@ def mcts_optimize(eg: EGraph, rules: Sequence[Rule], cost_model: CostModel,
                 break
             mean, n_vis, neg_a = max(scored)
             if mean <= 0.0:
-                stop = "no improving action"
-                break
+                if not options.continue_on_zero:
+                    stop = "no improving action"
+                    break
+                # nothing paid within the rollouts' horizon: grow the e-graph anyway (the paper's
+                # loop runs to the node limit) by the most-visited action, lowest index on ties
+                n_vis, neg_a = max((visits[a], -a) for a in visits if visits[a])
+                mean = values[-neg_a] / n_vis
             a = -neg_a
             # apply the chosen action to the real state (the same replay every worker did)
             new_eg = state.eg.snapshot()
