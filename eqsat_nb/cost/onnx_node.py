@@ -252,17 +252,10 @@ def initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def make_session(model: onnx.ModelProto, threads: int = 1):
-    """A CPU onnxruntime session with the settings that measured stable: `threads` intra-op
-    threads, one inter-op thread, sequential execution, all graph optimizations."""
-    import onnxruntime as ort
+    """A CPU onnxruntime session with the settings that measured stable (see `runtime`)."""
+    from ..runtime import session
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return session(model, threads)
 
 
 def run_model(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]

@@ -77,16 +77,13 @@ BOUNDARY_KERNELS = frozenset({"ReorderInput", "ReorderOutput"})
 
 
 def _session(model: "onnx.ModelProto | str", threads: int = 1, profile_prefix: str = ""):
-    """A CPU session with the backend's settings (`onnx_node.make_session`), from a model or a
+    """A CPU session with the backend's settings (`runtime.session_options`), from a model or a
     file path, optionally profiled."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
+    from ..runtime import session_options
+
+    so = session_options(threads)
     if profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
