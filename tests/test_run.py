@@ -170,6 +170,8 @@ def test_bench_measures_in_onnxruntime(capsys):
                  "--extract", "ocf"]) == 0
     out = capsys.readouterr().out
     assert "ort speed-up %" in out and "| tiny_conv |" in out
+    assert main(["bench", str(EXAMPLES / "tiny_branches.tir"), "--repeats", "3", "-q"]) == 0
+    assert "0 (same model)" in capsys.readouterr().out
 
 
 def test_run_with_mcts_search(tmp_path, capsys):

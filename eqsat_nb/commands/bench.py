@@ -4,7 +4,8 @@ Columns follow Table 2 of Hartmann et al. 2024: original and optimized latency (
 cost model; measured end to end with onnxruntime on this CPU, median of repeats, the two models
 timed alternately in the same run so drift hits both), speed-up %, optimization time. With a GPU
 profile (`--device a100`) the published speed-ups are printed next to ours; no GPU is needed for
-that (the estimate is analytic), and measuring on this CPU is then skipped unless asked for.
+that (the estimate is analytic), and measuring on this CPU is then skipped unless asked for. A
+model the optimizer left unchanged (no cheaper graph) is not timed against itself.
 """
 from __future__ import annotations
 
@@ -113,12 +114,14 @@ def bench_command(args: argparse.Namespace) -> int:
             "optimize_s": sum(v for k, v in result.times.items() if k != "verify"),
             "verified": None if check is None else check.ok,
             "egraph_nodes": result.egraph_nodes, "extraction": result.extraction}
-        if measure:
+        if measure and result.improved:     # an unchanged model is not timed against itself
             from ..onnx_io import to_onnx
             a = to_onnx(graph, weights, seed=args.seed)
-            b = to_onnx(result.optimized, weights, seed=args.seed) if result.improved else a
+            b = to_onnx(result.optimized, weights, seed=args.seed)
             row["ort_before_ms"], row["ort_after_ms"] = measure_pair(a, b, args.repeats)
             row["ort_speedup_pct"] = (row["ort_before_ms"] / row["ort_after_ms"] - 1) * 100
+        elif measure:
+            row["ort_before_ms"] = row["ort_after_ms"] = row["ort_speedup_pct"] = None
         row["wall_s"] = time.perf_counter() - t
         row["paper_tensat_pct"] = PUBLISHED_TENSAT.get(path.stem)
         row["paper_mcts_pct"] = PUBLISHED_MCTS.get(path.stem)
@@ -154,7 +157,9 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 def _row(r: dict[str, Any], measure: bool, gpu: bool) -> str:
     cells = [r["model"], f"{r['ops_before']} → {r['ops_after']}", _fmt(r["est_before_ms"], 3),
              _fmt(r["est_after_ms"], 3), _fmt(r["est_speedup_pct"], 1)]
-    if measure:
+    if measure and r["ort_before_ms"] is None:
+        cells += ["unchanged", "unchanged", "0 (same model)"]
+    elif measure:
         cells += [_fmt(r["ort_before_ms"]), _fmt(r["ort_after_ms"]), _fmt(r["ort_speedup_pct"], 1)]
     if gpu:
         cells += [_fmt(r["paper_tensat_pct"], 1), _fmt(r["paper_mcts_pct"], 1)]
