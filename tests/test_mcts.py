@@ -167,14 +167,21 @@ def test_continuing_past_zero_value_decisions_reaches_the_node_limit_and_is_no_w
     model = AnalyticCostModel("a100")
     kw = dict(budget=4, node_limit=700, final_extract="ilp", seed=2)
     eg_stop, stop = _mcts("nasrnn", rules, model, continue_on_zero=False, **kw)
-    eg_go, go = _mcts("nasrnn", rules, model, **kw)
+    eg_go, go = _mcts("nasrnn", rules, model, zero_patience=None, **kw)
     assert stop.stop_reason == "no improving action"
     assert go.stop_reason == "node limit" and eg_go.num_nodes >= 700
     assert len(go.decisions) > len(stop.decisions)
-    assert [d.action for d in go.decisions[:len(stop.decisions)]] == \
-        [d.action for d in stop.decisions]
-    assert any(d.mean_value == 0.0 for d in go.decisions)
+    actions = [d.action for d in go.decisions]
+    assert actions[:len(stop.decisions)] == [d.action for d in stop.decisions]
+    zeros = [d.mean_value == 0.0 for d in go.decisions]
+    assert zeros.count(True) >= 2
     assert go.cost_after <= stop.cost_after * (1 + 1e-9)
+    # patience 1: the same run up to the second zero-value decision in a row, then a stop
+    _, pat = _mcts("nasrnn", rules, model, zero_patience=1, **kw)
+    run = next(i for i in range(1, len(zeros)) if zeros[i - 1] and zeros[i])
+    assert pat.stop_reason == "no improving action in 2 decisions"
+    assert [d.action for d in pat.decisions] == actions[:run]
+    assert pat.simulations < go.simulations
 
 
 def _relus(n: int):

@@ -10,6 +10,7 @@ speed-up and time (RESULTS.md, A100) next to ours.
 
     python tools/mcts_compare.py [--models bert nasrnn ...] [--device cpu|a100|h100]
         [--budget 128] [--seed 0] [--workers 1] [--final ilp|ocf] [--out table.md]
+        [--stop-on-zero | --zero-patience N (-1: run on to the node limit)]
 """
 from __future__ import annotations
 
@@ -80,9 +81,12 @@ def tensat(graph, rules, model, args) -> dict:
 def mcts(graph, rules, model, args) -> dict:
     t = time.perf_counter()
     eg = graph_to_egraph(graph)
-    opts = MctsOptions(seed=args.seed, budget=args.budget, depth=args.depth, reward_extract=args.reward,
-                       node_limit=args.node_limit, c_uct=args.c_uct, workers=args.workers,
-                       final_extract=args.final, ilp_time_limit=args.ilp_time_limit)
+    opts = MctsOptions(seed=args.seed, budget=args.budget, depth=args.depth,
+                       reward_extract=args.reward, node_limit=args.node_limit, c_uct=args.c_uct,
+                       workers=args.workers, final_extract=args.final,
+                       ilp_time_limit=args.ilp_time_limit,
+                       continue_on_zero=not args.stop_on_zero,
+                       zero_patience=None if args.zero_patience < 0 else args.zero_patience)
     rep = mcts_optimize(eg, rules, model, opts)
     return {"cost": rep.cost_after, "how": rep.extraction, "seconds": time.perf_counter() - t,
             "search_s": rep.search_seconds, "nodes": eg.num_nodes, "stop": rep.stop_reason,
@@ -108,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reward", choices=("ocf", "ocf+switch"), default="ocf",
                     help="extractor of the rollout rewards")
     ap.add_argument("--ilp-time-limit", type=float, default=60.0)
+    ap.add_argument("--stop-on-zero", action="store_true",
+                    help="stop at the first decision whose actions all have mean value 0")
+    ap.add_argument("--zero-patience", type=int, default=MctsOptions.zero_patience,
+                    help="stop after this many zero-value decisions in a row (-1: never)")
     ap.add_argument("--out", help="also write the Markdown table here")
     ap.add_argument("--json", help="write the raw results as JSON here")
     args = ap.parse_args(argv)
@@ -121,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, raw = [], {}
     print(f"device profile: analytic {args.device}; node limit {args.node_limit}; budget "
           f"{args.budget}, depth {args.depth}, c_uct {args.c_uct}, seed {args.seed}, workers "
-          f"{args.workers}; rewards {args.reward}; final extraction {args.final}", flush=True)
+          f"{args.workers}; rewards {args.reward}; final extraction {args.final}; zero-value "
+          f"decisions: {'stop' if args.stop_on_zero else f'patience {args.zero_patience}'}",
+          flush=True)
     print(head, flush=True)
     for name in args.models:
         graph = load(data_dir("ir_examples") / f"{name}.tir")
