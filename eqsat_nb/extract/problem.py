@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..egraph.layout import C_PARENT, F_DEAD, F_FILTERED, N_CLS, N_FLAGS, N_NCH
+from ..egraph.layout import F_DEAD, F_FILTERED, N_CLS, N_FLAGS, N_NCH
 from ..egraph.store import EGraph
 
 
@@ -63,24 +63,32 @@ def from_arrays(n_classes: int, node_class: np.ndarray, node_cost: np.ndarray,
 
 
 def from_egraph(eg: EGraph, costs: np.ndarray) -> ExtractionProblem:
-    """The problem for a (rebuilt) e-graph; `costs[n]` is the cost of e-graph node n."""
+    """The problem for a (rebuilt) e-graph; `costs[n]` is the cost of e-graph node n. Candidates
+    are the live, unfiltered nodes; classes are numbered densely in order of e-class id."""
     eg.rebuild()
     n_all = eg.num_nodes
     flags = eg.nodes[N_FLAGS, :n_all]
     cand = np.nonzero((flags & (F_DEAD | F_FILTERED)) == 0)[0].astype(np.int32)
     canon = eg.canonical(eg.nodes[N_CLS, cand])
     class_ids, node_class = np.unique(canon, return_inverse=True)
+    node_class = node_class.astype(np.int32)
+    n_classes = int(class_ids.size)
     dense = np.full(n_all, -1, np.int32)
-    dense[class_ids] = np.arange(class_ids.size, dtype=np.int32)
-    parent = eg.classes[C_PARENT]
-    children = []
-    for n in cand:
-        kids = eg.children[n, : eg.nodes[N_NCH, n]]
-        children.append([int(dense[parent[k]] if parent[k] == k else dense[eg.find(int(k))])
-                         for k in kids])
-    roots = [int(dense[eg.find(r)]) for r in eg.roots]
-    return from_arrays(class_ids.size, node_class.astype(np.int32), np.asarray(costs)[cand],
-                       children, roots, cand, class_ids.astype(np.int32))
+    dense[class_ids] = np.arange(n_classes, dtype=np.int32)
+    nch = eg.nodes[N_NCH, cand].astype(np.int32)
+    mask = np.arange(eg.children.shape[1])[None, :] < nch[:, None]
+    flat = np.ascontiguousarray(eg.children[cand][mask], np.int32)
+    child_class = dense[eg.canonical(flat)] if flat.size else np.zeros(0, np.int32)
+    child_start = np.zeros(cand.size + 1, np.int32)
+    child_start[1:] = np.cumsum(nch)
+    order = np.argsort(node_class, kind="stable").astype(np.int32)
+    class_start = np.zeros(n_classes + 1, np.int32)
+    np.add.at(class_start, node_class + 1, 1)
+    class_start = np.cumsum(class_start).astype(np.int32)
+    roots = dense[eg.canonical(np.asarray(eg.roots, np.int32))].astype(np.int32)
+    return ExtractionProblem(n_classes, cand, node_class, np.asarray(costs, np.float64)[cand],
+                             child_start, child_class.astype(np.int32), class_start, order,
+                             roots, class_ids.astype(np.int32))
 
 
 def egraph_choice(problem: ExtractionProblem, choice: np.ndarray, n_nodes: int) -> np.ndarray:
