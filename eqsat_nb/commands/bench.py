@@ -71,7 +71,11 @@ def resolve_models(names: list[str]) -> list[Path]:
 
 
 def measure_pair(first, second, repeats: int, warmups: int = 3) -> tuple[float, float]:
-    """Median onnxruntime latency (ms) of two ONNX models, timed alternately in one process."""
+    """Median onnxruntime latency (ms) of two ONNX models, timed alternately in one process.
+
+    The clock is the calling thread's CPU time: with one intra-op thread onnxruntime runs the
+    kernels on the caller's thread, so this is the latency of a run without the time the process
+    spent descheduled (this machine's two vCPUs are shared; wall time swung by 2x under load)."""
     from ..cost.onnx_node import random_inputs
     from ..runtime import session
 
@@ -80,10 +84,10 @@ def measure_pair(first, second, repeats: int, warmups: int = 3) -> tuple[float, 
     times: list[list[float]] = [[], []]
     for r in range(warmups + repeats):
         for i in (0, 1) if r % 2 == 0 else (1, 0):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             sessions[i].run(None, feeds[i])
             if r >= warmups:
-                times[i].append(time.perf_counter() - t0)
+                times[i].append(time.thread_time() - t0)
     return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
 
 
@@ -129,7 +133,7 @@ def bench_command(args: argparse.Namespace) -> int:
         print(_row(row, measure, gpu), flush=True)
     table = "\n".join([_header(measure, gpu)] + [_row(r, measure, gpu) for r in rows]) + "\n"
     note = (f"cost model: {cost_name}; search: {args.search}; extraction: {args.extract}"
-            + ("; measured: onnxruntime CPU, 1 thread, median of "
+            + ("; measured: onnxruntime CPU, 1 thread, thread CPU time, median of "
                f"{args.repeats} alternating runs" if measure else ""))
     print(note)
     if args.markdown:
