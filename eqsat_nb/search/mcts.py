@@ -51,10 +51,10 @@ import numpy as np
 
 from ..cost.model import FREE_OPS, OPAQUE_LAUNCHES, CostModel, OpSignature
 from ..egraph.convert import node_attrs_and_operands, original_choice
-from ..egraph.layout import C_CONST, C_TYPE, N_PAYLOAD, F_DEAD, F_FILTERED, MAXA, N_CLS, N_FLAGS, N_NCH, N_OP
+from ..egraph.layout import C_CONST, C_TYPE, F_DEAD, MAXA, N_CLS, N_FLAGS, N_NCH, N_OP, N_PAYLOAD
 from ..egraph.store import EOP_NAMES, LIT as LIT_OP, EGraph
 from ..extract.dag import dag_cost
-from ..extract.problem import ExtractionProblem, egraph_choice
+from ..extract.problem import ExtractionProblem, egraph_choice, from_egraph
 from ..extract.run import extract
 from ..ir.ops import OPS, infer_types
 from ..rules.compile import LIT as P_LIT, Program, compile_pattern
@@ -208,35 +208,6 @@ def masked_costs(eg: EGraph, raw: np.ndarray) -> np.ndarray:
     return np.where(dead | const, 0.0, raw[:n])
 
 
-def problem_of(eg: EGraph, costs: np.ndarray) -> ExtractionProblem:
-    """`extract.problem.from_egraph` without its per-node Python loop (same arrays)."""
-    eg.rebuild()
-    n_all = eg.num_nodes
-    flags = eg.nodes[N_FLAGS, :n_all]
-    cand = np.nonzero((flags & (F_DEAD | F_FILTERED)) == 0)[0].astype(np.int32)
-    canon = eg.canonical(eg.nodes[N_CLS, cand])
-    class_ids, node_class = np.unique(canon, return_inverse=True)
-    node_class = node_class.astype(np.int32)
-    n_classes = int(class_ids.size)
-    dense = np.full(n_all, -1, np.int32)
-    dense[class_ids] = np.arange(n_classes, dtype=np.int32)
-    nch = eg.nodes[N_NCH, cand].astype(np.int32)
-    kids = eg.children[cand]
-    mask = np.arange(MAXA)[None, :] < nch[:, None]
-    flat = np.ascontiguousarray(kids[mask], np.int32)
-    child_class = dense[eg.canonical(flat)] if flat.size else np.zeros(0, np.int32)
-    child_start = np.zeros(cand.size + 1, np.int32)
-    child_start[1:] = np.cumsum(nch)
-    order = np.argsort(node_class, kind="stable").astype(np.int32)
-    class_start = np.zeros(n_classes + 1, np.int32)
-    np.add.at(class_start, node_class + 1, 1)
-    class_start = np.cumsum(class_start).astype(np.int32)
-    roots = dense[eg.canonical(np.asarray(eg.roots, np.int32))].astype(np.int32)
-    return ExtractionProblem(n_classes, cand, node_class, np.asarray(costs, np.float64)[cand],
-                             child_start, child_class.astype(np.int32), class_start, order,
-                             roots, class_ids.astype(np.int32))
-
-
 # ---------------------------------------------------------------------------- search context
 class Context:
     """What every simulation needs: actions, limits, cost model, caches (one per process)."""
@@ -301,7 +272,7 @@ class Context:
             self.hits += 1
             return got
         self.misses += 1
-        problem = problem_of(eg, masked_costs(eg, raw))
+        problem = from_egraph(eg, masked_costs(eg, raw))
         got = dag_cost(problem, extract(problem, self.options.reward_extract).choice)
         self.cost_cache[fp] = got
         return got
@@ -597,7 +568,7 @@ def mcts_optimize(eg: EGraph, rules: Sequence[Rule], cost_model: CostModel,
     eg.rebuild()
     ctx = Context(actions, cost_model, options, 1.0)
     raw = ctx.pricer.raw(eg)
-    problem0 = problem_of(eg, masked_costs(eg, raw))
+    problem0 = from_egraph(eg, masked_costs(eg, raw))
     orig = original_choice(eg)
     cost_before = _choice_cost(problem0, orig)
     ctx.norm = cost_before if cost_before > 0 else 1.0
@@ -690,7 +661,7 @@ def mcts_optimize(eg: EGraph, rules: Sequence[Rule], cost_model: CostModel,
     # the caller's e-graph becomes the final one (snapshots share the literal interner)
     eg.__dict__.update(final.eg.snapshot().__dict__)
     t = time.perf_counter()
-    problem = problem_of(eg, masked_costs(eg, ctx.pricer.raw(eg)))
+    problem = from_egraph(eg, masked_costs(eg, ctx.pricer.raw(eg)))
     ocf = extract(problem, "ocf").choice
     ocf_cost = dag_cost(problem, ocf)
     choice, how, cost_after = ocf, "ocf", ocf_cost
