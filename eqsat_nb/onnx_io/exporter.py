@@ -28,7 +28,6 @@ from ..errors import TirError
 from ..ir.graph import Graph, Node, TensorType
 from ..ir.interp import _positive_weights, enlarge, merge, random_tensor
 from ..ir.opaque import (DEFAULT_OPSET, DTYPE_TO_ONNX, IR_VERSION, NP_DTYPES, decode_node)
-from ..ir.shapes import spatial_pads
 
 WEIGHTS_KEY = "eqsat-nb.weights"
 EXTERNAL_BYTES = 1_500_000_000

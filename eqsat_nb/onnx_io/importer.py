@@ -256,7 +256,6 @@ class _Importer:
             self.used_names.add(ssa)
 
     def infer_types(self) -> None:
-        import onnx
         from onnx import shape_inference
 
         g = self.model.graph
