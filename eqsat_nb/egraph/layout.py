@@ -25,6 +25,7 @@ U_NODE, U_NEXT = range(2)
 
 # meta[i]
 M_NODES, M_USES, M_PENDING, M_CLASSES, M_ERR, M_ERR_A, M_ERR_B, M_STAMP, M_UNIONS, M_EPOCH = range(10)
+M_DEAD = 10              # nodes rebuild marked F_DEAD (a lower bound: sizes the hash-cons table)
 META_SIZE = 16
 ERR_TYPE_MISMATCH = 1    # union of two typed classes: M_ERR_A, M_ERR_B are the classes
 ERR_ADD_TYPE = 2         # add found an equal node of another type: M_ERR_A class, M_ERR_B type id

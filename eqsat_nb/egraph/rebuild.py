@@ -14,7 +14,7 @@ from numba import njit
 from .hashcons import lookup_or_insert, remove
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
                      C_UTAIL, EMPTY, ERR_TYPE_MISMATCH, F_DEAD, K_INPUT, M_CLASSES, M_ERR,
-                     M_EPOCH, M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS, N_EPOCH, N_FLAGS,
+                     M_DEAD, M_EPOCH, M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS, N_EPOCH, N_FLAGS,
                      N_NCH, N_NEXT, N_OP, T_UNKNOWN, U_NEXT, U_NODE)
 from .unionfind import find
 
@@ -97,17 +97,28 @@ def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
         u = uses[U_NEXT, u]
         if nodes[N_FLAGS, p] & F_DEAD:
             continue
-        remove(table, nodes, children, p)
-        for k in range(nodes[N_NCH, p]):
-            kid = find(parent, children[p, k])
-            if kid != children[p, k]:
-                children[p, k] = kid
-                nodes[N_EPOCH, p] = meta[M_EPOCH]
-        m = lookup_or_insert(table, nodes, children, p)
-        if m >= 0:
-            nodes[N_FLAGS, p] |= F_DEAD
-            if union(nodes, classes, uses, pending, meta, nodes[N_CLS, m], nodes[N_CLS, p]) < 0:
-                return False
+        nch = nodes[N_NCH, p]
+        stale = False
+        for k in range(nch):
+            if parent[children[p, k]] != children[p, k]:
+                stale = True
+                break
+        if stale:
+            # only a node whose key changed moves in the hash-cons; an unchanged one is still
+            # stored under its key, and a changed node congruent to it finds it there
+            remove(table, nodes, children, p)
+            for k in range(nch):
+                kid = find(parent, children[p, k])
+                if kid != children[p, k]:
+                    children[p, k] = kid
+            nodes[N_EPOCH, p] = meta[M_EPOCH]
+            m = lookup_or_insert(table, nodes, children, p)
+            if m >= 0:
+                nodes[N_FLAGS, p] |= F_DEAD
+                meta[M_DEAD] += 1
+                if union(nodes, classes, uses, pending, meta, nodes[N_CLS, m],
+                         nodes[N_CLS, p]) < 0:
+                    return False
         pc = find(parent, nodes[N_CLS, p])
         if classes[C_CONST, pc] == 0 and _all_children_const(nodes, children, classes, op_kind, p):
             classes[C_CONST, pc] = 1

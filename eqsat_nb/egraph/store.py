@@ -14,7 +14,7 @@ from ..ir.ops import OP_NAMES
 from .hashcons import add_nodes, find_key, rehash
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_TYPE, CLASS_COLS, EMPTY, ERR_TYPE_MISMATCH, F_DEAD,
                      F_FILTERED,
-                     K_CONST_LEAF, K_INPUT, K_PLAIN, M_CLASSES, M_ERR, M_ERR_A, M_ERR_B,
+                     K_CONST_LEAF, K_INPUT, K_PLAIN, M_CLASSES, M_DEAD, M_ERR, M_ERR_A, M_ERR_B,
                      M_NODES, M_PENDING, M_UNIONS, M_USES, MAXA, META_SIZE, N_CLS, N_FLAGS,
                      N_NCH, N_NEXT, N_OP, N_PAYLOAD, NODE_COLS, T_LIT, T_TUPLE, T_UNKNOWN)
 from .literals import Literals
@@ -96,8 +96,9 @@ class EGraph:
             while ucap < uses_need:
                 ucap *= 2
             self.uses = _grow(self.uses, ucap, 1, 0)
-        if 2 * need > self.table.size:            # load factor stays <= 1/2
-            self.table = np.full(_pow2(2 * need), EMPTY, np.int32)
+        live = need - int(self.meta[M_DEAD])      # the table holds live nodes only
+        if 2 * live > self.table.size:            # load factor stays <= 1/2
+            self.table = np.full(_pow2(2 * live), EMPTY, np.int32)
             rehash(self.table, self.nodes, self.children, self.num_nodes)
 
     # ------------------------------------------------------------------ adding

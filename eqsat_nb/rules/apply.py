@@ -23,7 +23,8 @@ from numba import njit
 
 from ..egraph.hashcons import add_node
 from ..egraph.intern import WIDTH, intern_row
-from ..egraph.layout import C_HEAD, C_PARENT, C_TYPE, EMPTY, MAXA, N_PAYLOAD, T_LIT, T_TUPLE
+from ..egraph.layout import (C_HEAD, C_PARENT, C_TYPE, EMPTY, M_DEAD, M_NODES, M_USES, MAXA,
+                             N_PAYLOAD, T_LIT, T_TUPLE)
 from ..egraph.literals import K_INT, K_INTS, K_TYPE
 from ..egraph.shapes_nb import infer_proj, infer_row
 from ..egraph.store import EOP_IDS, LIT, PROJ, EGraph
@@ -290,10 +291,21 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
     """Apply every match row, adding the target nodes and writing the (root, target) class pairs
     to merge into `unions` (the caller merges them after the whole iteration's applications, so
     the hash-cons stays exact while nodes are added). stats = [applied, rejected by condition,
-    rejected by shape]. Returns the number of pairs, or -1 on a type conflict (meta[M_ERR])."""
-    n_unions = 0
+    rejected by shape, next match, pairs written]: the kernel starts at match stats[3] with
+    stats[4] pairs already in `unions`, and stops early, returning -2 with stats[3:5] updated, when
+    the node, parent-list, hash-cons or literal arrays lack room for one more match (the caller
+    grows them and calls again). Returns the number of pairs, or -1 on a type conflict
+    (meta[M_ERR])."""
+    n_unions = stats[4]
     parent = classes[C_PARENT]
     k = build.shape[0]
+    per_nodes = 0                             # most nodes / parent entries / literals per match
+    per_uses = 0
+    for s in range(k):
+        if build[s, 0] == B_NODE or build[s, 0] == B_EXPR:
+            per_nodes += 1
+        if build[s, 0] == B_NODE:
+            per_uses += build[s, 2]
     n_src = targets.size
     rows = np.zeros((k, WIDTH), np.int64)
     slot_tid = np.empty(k, np.int64)
@@ -309,7 +321,13 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
     ins = np.empty((MAXA, WIDTH), np.int64)
     kids = np.empty(MAXA, np.int32)
     out = np.empty(WIDTH, np.int64)
-    for m in range(matches.shape[0]):
+    for m in range(stats[3], matches.shape[0]):
+        if (meta[M_NODES] + per_nodes > nodes.shape[1] or meta[M_USES] + per_uses > uses.shape[1]
+                or 2 * (meta[M_NODES] - meta[M_DEAD] + per_nodes) > table.size
+                or lit_count[0] + per_nodes >= lit_rows.shape[0]):
+            stats[3] = m
+            stats[4] = n_unions
+            return -2
         match = matches[m]
         ok = True
         for i in range(conds.size):
@@ -430,5 +448,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                 unions[n_unions, 1] = b
                 n_unions += 1
         stats[0] += 1
+    stats[3] = matches.shape[0]
+    stats[4] = n_unions
     return n_unions
 

@@ -18,7 +18,7 @@ from ..egraph.index import build_index
 from ..egraph.layout import M_EPOCH, MAXA
 from ..egraph.shapes_nb import shape_consts
 from ..egraph.store import EOP_NAMES, OP_KIND, EGraph, EGraphError
-from ..rules.apply import Applier, RuleCompileError, apply_matches, compile_applier
+from ..rules.apply import B_EXPR, B_NODE, Applier, RuleCompileError, apply_matches, compile_applier
 from ..rules.compile import Program, compile_pattern
 from ..rules.match import MatchIndex, search
 from ..rules.multi import canonical_key, is_symmetric, join
@@ -228,19 +228,33 @@ def _reorder(rows: np.ndarray, names: tuple[str, ...], want: tuple[str, ...],
     return np.ascontiguousarray(rows[:, cols])
 
 
+def _uses_per_match(applier: Applier) -> int:
+    """An upper bound of the parent-list entries one match adds (the children of its nodes)."""
+    b = applier.build
+    return max(int(b[b[:, 0] == B_NODE, 2].sum()), 1)
+
+
 def _apply(eg: EGraph, applier: Applier, rows: np.ndarray, consts: np.ndarray,
            st: RuleStats) -> np.ndarray:
     """Add the targets of every match; returns the class pairs to merge."""
-    grow = len(rows) * max(applier.new_nodes, 1)
-    eg.reserve(grow, grow * MAXA)
-    eg.lits.reserve(grow)
-    stats = np.zeros(3, np.int64)
+    # the kernel stops when the arrays lack room for one more match; they grow by what the
+    # remaining matches could need, at most about half the e-graph at a time (most targets of a
+    # large batch usually exist already, so reserving the worst case up front over-allocates)
+    per = max(applier.new_nodes, int(np.isin(applier.build[:, 0], (B_NODE, B_EXPR)).sum()), 1)
+    per_uses = _uses_per_match(applier)
+    stats = np.zeros(5, np.int64)
     unions = np.empty((len(rows) * len(applier.targets), 2), np.int32)
-    got = apply_matches(eg.nodes, eg.children, eg.classes, eg.uses, eg.table, eg.pending, eg.meta,
-                        OP_KIND, eg.lits.rows, eg.lits.table, eg.lits.count, consts,
-                        applier.build, applier.targets, applier.expr_code, applier.exprs,
-                        applier.conds, applier.checks, np.ascontiguousarray(rows, np.int32),
-                        stats, unions)
+    rows = np.ascontiguousarray(rows, np.int32)
+    while True:
+        got = apply_matches(eg.nodes, eg.children, eg.classes, eg.uses, eg.table, eg.pending,
+                            eg.meta, OP_KIND, eg.lits.rows, eg.lits.table, eg.lits.count, consts,
+                            applier.build, applier.targets, applier.expr_code, applier.exprs,
+                            applier.conds, applier.checks, rows, stats, unions)
+        if got != -2:
+            break
+        k = min(len(rows) - int(stats[3]), max(1024, eg.num_nodes // (2 * per)))
+        eg.reserve(k * per, k * per_uses)
+        eg.lits.reserve(k * per)
     if got < 0:
         try:
             eg._raise_kernel_error()
