@@ -53,14 +53,12 @@ def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int
 
 @njit(cache=True)
 def same_key(nodes: np.ndarray, children: np.ndarray, a: int, b: int) -> bool:
-    if nodes[N_OP, a] != nodes[N_OP, b] or nodes[N_PAYLOAD, a] != nodes[N_PAYLOAD, b]:
-        return False
-    if nodes[N_NCH, a] != nodes[N_NCH, b]:
-        return False
-    for k in range(nodes[N_NCH, a]):
+    # the whole children row first: one cache line, and it rejects most wrong probes; unused
+    # columns are EMPTY, so equal rows also mean equal child counts
+    for k in range(MAXA):
         if children[a, k] != children[b, k]:
             return False
-    return True
+    return nodes[N_OP, a] == nodes[N_OP, b] and nodes[N_PAYLOAD, a] == nodes[N_PAYLOAD, b]
 
 
 @njit(cache=True)

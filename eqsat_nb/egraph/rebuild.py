@@ -92,11 +92,28 @@ def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
             c: int) -> bool:
     parent = classes[C_PARENT]
     u = classes[C_UHEAD, c]
+    prev = EMPTY
     while u != EMPTY:
         p = uses[U_NODE, u]
-        u = uses[U_NEXT, u]
         if nodes[N_FLAGS, p] & F_DEAD:
+            # unlink the dead parent's entry so later repairs do not walk it again. A tail entry
+            # stays (a class's C_UTAIL may name it); an entry with a predecessor is no class's
+            # head, and the first entry is unlinked only while it is still c's head
+            nxt = uses[U_NEXT, u]
+            if nxt != EMPTY:
+                if prev != EMPTY:
+                    uses[U_NEXT, prev] = nxt
+                    u = nxt
+                    continue
+                if parent[c] == c and classes[C_UHEAD, c] == u:
+                    classes[C_UHEAD, c] = nxt
+                    u = nxt
+                    continue
+            prev = u
+            u = nxt
             continue
+        prev = u
+        u = uses[U_NEXT, u]
         nch = nodes[N_NCH, p]
         stale = False
         for k in range(nch):

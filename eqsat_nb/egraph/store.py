@@ -84,9 +84,12 @@ class EGraph:
             while cap < need:
                 cap *= 2
             self.nodes = _grow(self.nodes, cap, 1, 0)
-            self.children = _grow(self.children, cap, 0, EMPTY)
+            # rows past num_nodes are unused (add_node writes a whole row): left unfilled
+            children = np.empty((cap, MAXA), np.int32)
+            children[: self.children.shape[0]] = self.children
+            self.children = children
             self.classes = _grow(self.classes, cap, 1, 0)
-            pending = np.zeros(2 * cap + 16, np.int32)
+            pending = np.zeros(2 * cap + 16, np.int32)   # fresh pages: cheap
             pending[: self.pending.size] = self.pending
             self.pending = pending
         uses_need = int(self.meta[M_USES]) + (extra_uses if extra_uses is not None
@@ -279,7 +282,8 @@ def _grow(arr: np.ndarray, cap: int, axis: int, fill: int) -> np.ndarray:
     shape = list(arr.shape)
     old = shape[axis]
     shape[axis] = cap
-    out = np.full(shape, fill, arr.dtype)
+    # zeros come from fresh pages the OS zeroes on first touch: unused capacity costs nothing
+    out = np.zeros(shape, arr.dtype) if fill == 0 else np.full(shape, fill, arr.dtype)
     if axis == 0:
         out[:old] = arr
     else:
