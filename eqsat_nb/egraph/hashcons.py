@@ -122,18 +122,10 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
     nodes[N_NCH, n] = nch
     nodes[N_FLAGS, n] = 0
     nodes[N_EPOCH, n] = meta[M_EPOCH]
-    # const: a const leaf, or an operator over (at least one, all) const children; the same
-    # rule as rebuild's _all_children_const
-    const = op_kind[op] == K_CONST_LEAF or nch > 0
     for k in range(nch):
-        c = find(parent, kids[k])
-        children[n, k] = c
-        if classes[C_CONST, c] == 0:
-            const = False
+        children[n, k] = find(parent, kids[k])
     for k in range(nch, MAXA):
         children[n, k] = EMPTY
-    if op_kind[op] == K_INPUT:
-        const = False
     m = lookup_or_insert(table, nodes, children, n)
     if m >= 0:
         c = find(parent, nodes[N_CLS, m])
@@ -145,6 +137,15 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
                 return -1
             classes[C_TYPE, c] = tid
         return c
+    # const (only a new node needs it): a const leaf, or an operator over (at least one, all)
+    # const children; the same rule as rebuild's _all_children_const
+    const = op_kind[op] == K_CONST_LEAF or nch > 0
+    for k in range(nch):
+        if classes[C_CONST, children[n, k]] == 0:
+            const = False
+            break
+    if op_kind[op] == K_INPUT:
+        const = False
     nodes[N_CLS, n] = n
     nodes[N_NEXT, n] = EMPTY
     classes[C_PARENT, n] = n
