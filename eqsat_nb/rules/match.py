@@ -18,12 +18,19 @@ from .compile import BIND, EQ, LIT, Program
 @njit(cache=True)
 def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.ndarray,
                 cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
-                classes: np.ndarray, since: int, out: np.ndarray) -> int:
+                classes: np.ndarray, since: int, out: np.ndarray, new_first: bool = False) -> int:
     """Match the program at every class in `roots`; write (root, vars...) rows into `out`.
     Only matches using a node whose row changed at epoch >= `since` are written (semi-naive:
     a match of unchanged rows was found, and applied, by the previous search).
+    `new_first`: the index lists each class's new nodes of an op before its old ones
+    (build_index with the same `since`), so the last node of a match is looked for among the
+    new ones only when the match has no new node yet.
     Returns the number of matches, or -(rows written) - 1 when `out` filled up."""
     parent = classes[C_PARENT]
+    last_bind = -1
+    for i in range(code.shape[0]):
+        if code[i, 0] == BIND:
+            last_bind = i
     regs = np.empty(nregs, np.int32)
     stack_pc = np.empty(code.shape[0], np.int32)
     stack_pos = np.empty(code.shape[0], np.int32)
@@ -42,12 +49,23 @@ def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.nd
                 want, nch, base = code[pc, 1], code[pc, 2], code[pc, 4]
                 p = cstart[c] if pos < 0 else pos + 1
                 end = cstart[c + 1]
+                # the last node of a match with no new node before it must be new itself; the
+                # index puts a class's new nodes of an op before its old ones (semi-naive)
+                only_new = new_first and since > 0 and pc == last_bind
+                for q in range(sp):
+                    if not only_new:
+                        break
+                    if nodes[N_EPOCH, cnodes[stack_pos[q]]] >= since:
+                        only_new = False
                 found = -1
                 while p < end:
                     n = cnodes[p]
-                    if nodes[N_OP, n] == want and nodes[N_NCH, n] == nch:
-                        found = p
-                        break
+                    if nodes[N_OP, n] == want:
+                        if only_new and nodes[N_EPOCH, n] < since:
+                            break
+                        if nodes[N_NCH, n] == nch:
+                            found = p
+                            break
                     if nodes[N_OP, n] > want:
                         break
                     p += 1
@@ -93,11 +111,13 @@ def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.nd
 class MatchIndex:
     """The per-iteration index of a rebuilt e-graph."""
 
-    def __init__(self, eg: EGraph) -> None:
+    def __init__(self, eg: EGraph, since: int = 0) -> None:
+        """`since`: the epoch `search` will be called with (0: any); it orders the index."""
         eg.rebuild()
         self.eg = eg
+        self.since = since
         self.cstart, self.cnodes, self.ostart, self.oclasses = build_index(
-            eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+            eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES), since)
 
     def classes_with(self, op_id: int) -> np.ndarray:
         return self.oclasses[self.ostart[op_id]: self.ostart[op_id + 1]]
@@ -113,7 +133,8 @@ def search(prog: Program, index: MatchIndex, limit: int | None = None,
     while True:
         out = np.empty((cap, 1 + len(prog.var_names)), np.int32)
         got = run_program(prog.code, prog.nregs, prog.var_regs, roots, index.cstart,
-                          index.cnodes, eg.nodes, eg.children, eg.classes, since, out)
+                          index.cnodes, eg.nodes, eg.children, eg.classes, since, out,
+                          since > 0 and index.since == since)
         if got >= 0:
             return out[:got]
         if limit is not None:

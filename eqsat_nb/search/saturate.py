@@ -135,7 +135,7 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     """
     before = (eg.num_nodes, eg.num_unions)
     t0 = time.perf_counter()
-    index = MatchIndex(eg)
+    index = MatchIndex(eg, since)
     height = None
     if limits.filter_cycles:
         found = np.full(1, -1, np.int64)
