@@ -172,7 +172,17 @@ class EGraph:
                       self.pending, self.meta, OP_KIND)
         if got < 0:
             self._raise_kernel_error()
+        self._shrink_table()
         return got
+
+    def _shrink_table(self) -> None:
+        """After congruences killed most nodes, a table sized for the peak is mostly empty and
+        every probe misses the cache: rehash the live nodes into a table twice their number."""
+        live = self.num_nodes - int(self.meta[M_DEAD])
+        size = _pow2(2 * max(live, 512))
+        if 8 * size <= self.table.size:
+            self.table = np.full(size, EMPTY, np.int32)
+            rehash(self.table, self.nodes, self.children, self.num_nodes)
 
     def _raise_kernel_error(self) -> None:
         code, a, b = (int(x) for x in self.meta[[M_ERR, M_ERR_A, M_ERR_B]])

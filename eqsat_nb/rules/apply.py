@@ -312,6 +312,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
     slot_class = np.empty(k, np.int32)
     slot_key = np.empty(k, np.int64)          # what a node slot's type depends on, per child
     cached = np.zeros(k, np.bool_)
+    ready = np.zeros(k, np.bool_)             # rows[s] holds slot s's row (else made on demand)
     cache_key = np.empty((k, MAXA), np.int64)
     cache_row = np.zeros((k, WIDTH), np.int64)
     cache_tid = np.empty(k, np.int64)
@@ -362,14 +363,21 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
             if kind == B_VAR or kind == B_CONST:
                 c = find(parent, match[build[s, 1]]) if kind == B_VAR else find(parent, build[s, 1])
                 slot_class[s] = c
-                tid = _class_row(classes, nodes, lit_rows, c, rows[s])
+                tid = classes[C_TYPE, c]
                 slot_tid[s] = tid
-                slot_key[s] = tid if tid >= 0 else (-16 - rows[s, 2] if tid == T_LIT else -2)
+                if tid == T_LIT:
+                    _class_row(classes, nodes, lit_rows, c, rows[s])
+                    ready[s] = True
+                    slot_key[s] = -16 - rows[s, 2]
+                else:                         # a type row is copied only if a node needs it
+                    ready[s] = False
+                    slot_key[s] = tid if tid >= 0 else -2
             elif kind == B_EXPR:
                 if not _expr_row(expr_code, exprs, build[s, 1], stack, match, classes, nodes,
                                  lit_rows, tmp, rows[s]):
                     ok = False
                     break
+                ready[s] = True
                 slot_tid[s] = T_LIT
                 slot_key[s] = -1
             else:
@@ -382,11 +390,19 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                     if hit and cache_key[s, j] != key:
                         hit = False
                     cache_key[s, j] = key
-                if hit:
-                    rows[s, :] = cache_row[s]
+                if hit:                       # rows[s] would be cache_row[s]
+                    ready[s] = False
                     slot_tid[s] = cache_tid[s]
                     slot_key[s] = cache_tid[s]
                     continue
+                for j in range(nch):
+                    child = build[s, 4 + j]
+                    if not ready[child]:
+                        if build[child, 0] == B_NODE:
+                            rows[child, :] = cache_row[child]
+                        else:
+                            _class_row(classes, nodes, lit_rows, slot_class[child], rows[child])
+                        ready[child] = True
                 nattr = 0
                 nin = 0
                 for j in range(nch):
@@ -411,6 +427,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                     ok = False
                     break
                 rows[s, :] = out
+                ready[s] = True
                 if op == SPLIT:
                     slot_tid[s] = T_TUPLE
                     slot_key[s] = -3
