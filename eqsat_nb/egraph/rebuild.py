@@ -14,7 +14,8 @@ from numba import njit
 from .hashcons import lookup_or_insert, remove
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
                      C_UTAIL, EMPTY, ERR_TYPE_MISMATCH, F_DEAD, K_INPUT, M_CLASSES, M_ERR,
-                     M_DEAD, M_EPOCH, M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS, N_EPOCH, N_FLAGS,
+                     M_DEAD, M_EPOCH, M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS,
+                     N_EPOCH, N_FLAGS,
                      N_NCH, N_NEXT, N_OP, T_UNKNOWN, U_NEXT, U_NODE)
 from .unionfind import find
 
