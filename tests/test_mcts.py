@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from eqsat_nb.cost.analytic import AnalyticCostModel
-from eqsat_nb.cost.model import graph_cost
+from eqsat_nb.cost.model import CostModel, graph_cost
 from eqsat_nb.egraph import egraph_to_graph, graph_to_egraph
 from eqsat_nb.extract.dag import dag_cost
 from eqsat_nb.extract.problem import from_egraph
@@ -217,6 +217,26 @@ def test_incremental_pricing_matches_the_reference(device, rules):
     np.testing.assert_allclose(costs, model.egraph_costs(eg))
     problem = from_egraph(eg, costs)
     np.testing.assert_allclose(problem.node_cost, model.egraph_costs(eg)[problem.node_ids])
+
+
+class _ConstSensitive(CostModel):
+    """Prices weight-only operands differently, as the measuring backends do."""
+
+    name = "const-sensitive"
+    launch_us = 1.0
+
+    def _cost(self, sig):
+        return 10.0 + 100.0 * len(sig.const_inputs)
+
+
+def test_incremental_pricing_sees_weight_only_operands(rules):
+    model = _ConstSensitive()
+    eg = graph_to_egraph(load(ROOT / "ir_examples" / "tiny_conv.tir"))
+    saturate(eg, rules, Limits(node_limit=600, iter_limit=3))
+    costs = masked_costs(eg, Pricer(model).raw(eg))
+    expected = model.egraph_costs(eg)
+    assert np.any(expected >= 110.0)                 # some priced node reads a weight
+    np.testing.assert_allclose(costs, expected)
 
 
 def test_chunked_node_limit_stays_near_the_limit(rules):

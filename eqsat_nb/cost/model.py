@@ -74,45 +74,50 @@ class CostModel:
         """float64[eg.num_nodes]: the cost of every e-graph node (dead nodes: 0)."""
         out = np.zeros(eg.num_nodes, np.float64)
         for n, sig in egraph_signatures(eg):
-            if sig is None:
-                out[n] = OPAQUE_LAUNCHES * self.launch_us if eg.op_name(n) == "opaque" \
-                    else self.launch_us         # untyped operand: cannot price, one launch
-            else:
-                out[n] = self.cost(sig)
+            out[n] = self._node_cost(eg, n, sig)
         return out
+
+    def node_cost(self, eg, n: int) -> float:
+        """The cost of live e-graph node n, not free and not in a weight-only class (what
+        `egraph_costs` gives it)."""
+        return self._node_cost(eg, n, node_signature(eg, n))
+
+    def _node_cost(self, eg, n: int, sig: OpSignature | None) -> float:
+        if sig is not None:
+            return self.cost(sig)
+        # opaque, or an untyped operand: cannot price, one launch
+        return OPAQUE_LAUNCHES * self.launch_us if eg.op_name(n) == "opaque" else self.launch_us
 
 
 def egraph_signatures(eg) -> Iterator[tuple[int, OpSignature | None]]:
     """(node, signature) for every live e-graph node that may cost something: free ops and
-    weight-only classes are skipped; `opaque` nodes and nodes with an untyped operand come with
-    None (priced as launches)."""
+    weight-only classes are skipped; see `node_signature` for the None case."""
+    for n in range(eg.num_nodes):
+        if not eg.is_live(n) or eg.op_name(n) in FREE_OPS or eg.is_const(eg.node_class(n)):
+            continue
+        yield n, node_signature(eg, n)
+
+
+def node_signature(eg, n: int) -> OpSignature | None:
+    """The signature of e-graph node n; None for `opaque` nodes and nodes with an untyped
+    operand (priced as launches)."""
     from ..egraph.convert import node_attrs_and_operands
 
-    for n in range(eg.num_nodes):
-        if not eg.is_live(n):
-            continue
-        op = eg.op_name(n)
-        if op in FREE_OPS:
-            continue
-        c = eg.node_class(n)
-        if eg.is_const(c):
-            continue
-        if op == "opaque":
-            yield n, None
-            continue
-        attrs, operands = node_attrs_and_operands(eg, n)
-        ins = tuple(eg.class_type(x) for x in operands)
-        if any(t is None for t in ins):
-            yield n, None
-            continue
-        attr_t = tuple((s.name, attrs[s.name]) for s in OPS[op].attrs)
-        if OPS[op].multi_result:
-            outs = tuple(infer_types(op, list(ins), attr_t))
-        else:
-            t = eg.class_type(c)
-            outs = (t,) if t is not None else tuple(infer_types(op, list(ins), attr_t))
-        consts = tuple(i for i, x in enumerate(operands) if eg.is_const(x))
-        yield n, OpSignature(op, attr_t, ins, outs, consts)
+    op = eg.op_name(n)
+    if op == "opaque":
+        return None
+    attrs, operands = node_attrs_and_operands(eg, n)
+    ins = tuple(eg.class_type(x) for x in operands)
+    if any(t is None for t in ins):
+        return None
+    attr_t = tuple((s.name, attrs[s.name]) for s in OPS[op].attrs)
+    if OPS[op].multi_result:
+        outs = tuple(infer_types(op, list(ins), attr_t))
+    else:
+        t = eg.class_type(eg.node_class(n))
+        outs = (t,) if t is not None else tuple(infer_types(op, list(ins), attr_t))
+    consts = tuple(i for i, x in enumerate(operands) if eg.is_const(x))
+    return OpSignature(op, attr_t, ins, outs, consts)
 
 
 def graph_signatures(graph: Graph) -> Iterator[OpSignature]:

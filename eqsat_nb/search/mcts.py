@@ -49,14 +49,13 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..cost.model import FREE_OPS, OPAQUE_LAUNCHES, CostModel, OpSignature
-from ..egraph.convert import node_attrs_and_operands, original_choice
+from ..cost.model import FREE_OPS, CostModel
+from ..egraph.convert import original_choice
 from ..egraph.layout import C_CONST, C_TYPE, F_DEAD, MAXA, N_CLS, N_FLAGS, N_NCH, N_OP, N_PAYLOAD
 from ..egraph.store import EOP_NAMES, LIT as LIT_OP, EGraph
 from ..extract.dag import dag_cost
 from ..extract.problem import ExtractionProblem, egraph_choice, from_egraph
 from ..extract.run import extract
-from ..ir.ops import OPS, infer_types
 from ..rules.compile import LIT as P_LIT, Program, compile_pattern
 from ..rules.match import MatchIndex, search
 from ..rules.multi import canonical_key
@@ -140,7 +139,8 @@ class Pricer:
     """Raw node costs (deadness and weight-only classes ignored; `masked_costs` applies both).
 
     A node's cost depends only on its operator, its own type and, per child, the child class's
-    type and (for attribute children) literal id, so costs are cached under that key and a child
+    type, constness (weight-only operands are initializers to a measuring backend) and (for
+    attribute children) literal id, so costs are cached under that key and a child
     e-graph only prices the nodes its rule added (`CostModel.egraph_costs` walks every node in
     Python). Literal ids are per interner: `clear` when the interner is a fresh copy."""
 
@@ -168,8 +168,10 @@ class Pricer:
         canon = eg.canonical(np.ascontiguousarray(kids.ravel(), np.int32)).reshape(kids.shape)
         ktype = np.where(valid, eg.classes[C_TYPE, canon], -9)
         kpay = np.where(valid & (eg.nodes[N_OP, canon] == LIT_OP), eg.nodes[N_PAYLOAD, canon], -1)
+        kconst = np.where(valid, eg.classes[C_CONST, canon], -1)
         own = eg.classes[C_TYPE, eg.canonical(np.ascontiguousarray(eg.nodes[N_CLS, start:n]))]
-        keys = np.concatenate([ops[:, None], own[:, None], ktype, kpay], axis=1).astype(np.int64)
+        keys = np.concatenate([ops[:, None], own[:, None], ktype, kpay, kconst],
+                              axis=1).astype(np.int64)
         cache = self.cache
         for i in np.nonzero(~skip)[0]:
             key = keys[i].tobytes()
@@ -181,23 +183,9 @@ class Pricer:
 
     def price(self, eg: EGraph, node: int) -> float:
         """One node's cost, as `CostModel.egraph_costs` computes it for a live, non-const node."""
-        model = self.model
-        op = EOP_NAMES[eg.nodes[N_OP, node]]
-        if op in FREE_OPS:
+        if EOP_NAMES[eg.nodes[N_OP, node]] in FREE_OPS:
             return 0.0
-        if op == "opaque":
-            return OPAQUE_LAUNCHES * model.launch_us
-        attrs, operands = node_attrs_and_operands(eg, node)
-        ins = tuple(eg.class_type(x) for x in operands)
-        if any(t is None for t in ins):
-            return model.launch_us
-        attr_t = tuple((s.name, attrs[s.name]) for s in OPS[op].attrs)
-        if OPS[op].multi_result:
-            outs = tuple(infer_types(op, list(ins), attr_t))
-        else:
-            t = eg.class_type(eg.node_class(node))
-            outs = (t,) if t is not None else tuple(infer_types(op, list(ins), attr_t))
-        return model.cost(OpSignature(op, attr_t, ins, outs))
+        return self.model.node_cost(eg, node)
 
 
 def masked_costs(eg: EGraph, raw: np.ndarray) -> np.ndarray:
