@@ -13,43 +13,10 @@ replaced only with `--force`. Use it with `--cost analytic --device cpu-calibrat
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 from ..errors import TirError
-
-BAR_WIDTH = 30
-
-
-class ProgressBar:
-    """A one-line text bar on stderr, redrawn at most every 0.1 s."""
-
-    def __init__(self, total: int, enabled: bool, stream=None) -> None:
-        self.total, self.enabled = total, enabled and total > 0
-        self.stream = stream or sys.stderr
-        self.last = 0.0
-        self.start = time.perf_counter()
-
-    def update(self, done: int, label: str = "", force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if not force and now - self.last < 0.1 and done < self.total:
-            return
-        self.last = now
-        fill = BAR_WIDTH * done // self.total
-        bar = "#" * fill + "." * (BAR_WIDTH - fill)
-        text = f"\r[{bar}] {done}/{self.total} {now - self.start:6.1f} s {label[:24]:<24}"
-        self.stream.write(text)
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.update(self.total, "done", force=True)
-            self.stream.write("\n")
-            self.stream.flush()
-
 
 def add_parser(sub) -> None:
     """Register `profile` on the CLI's sub-parsers."""
@@ -146,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     """The `profile` command."""
     from ..cost.measured import MeasuredCostModel
     from ..cost.select import make_cost_model
+    from ..progress import Progress
 
     if args.calibrate and args.cost != "ort":
         raise TirError("--calibrate fits the cpu profile to ort measurements: use --cost ort")
@@ -155,13 +123,12 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     measuring = isinstance(model, MeasuredCostModel)
     sigs, meta = saturated_signatures(args.model, model.cache if measuring else None)
-    bar = ProgressBar(len(sigs), measuring and not args.quiet)
     samples = []
     t0 = time.perf_counter()
-    for i, sig in enumerate(sigs):
-        samples.append((sig, model.cost(sig)))
-        bar.update(i + 1, sig.op)
-    bar.close()
+    with Progress("profile", len(sigs), quiet=args.quiet or not measuring) as bar:
+        for i, sig in enumerate(sigs):
+            samples.append((sig, model.cost(sig)))
+            bar.update(i + 1, sig.op, force=i + 1 == len(sigs))
     t_cost = time.perf_counter() - t0
     name = model.name if model.name != "analytic" else f"analytic/{model.profile.name}"
     how = "signature list from the cache" if meta["cached"] else f"{meta['seconds']:.2f} s"
@@ -183,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
 def _calibrate(samples, force: bool) -> None:
     from ..cost.analytic import CPU, calibrated_path, profile_to_json
     from ..cost.calibrate import fit_profile
+    from .run import write_atomic
 
     out = calibrated_path()
     if out.exists() and not force:
@@ -204,9 +172,8 @@ def _calibrate(samples, force: bool) -> None:
              "before_worst_ratio": before.worst_ratio}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(profile_to_json(fitted, extra), encoding="utf-8")
-        tmp.replace(out)
     except OSError as e:
         raise TirError(f"cannot write calibrated profile: {e.strerror}", file=str(out)) from None
+    body = profile_to_json(fitted, extra)
+    write_atomic(str(out), lambda tmp: tmp.write_text(body, encoding="utf-8"))
     print(f"wrote {out} (use --cost analytic --device cpu-calibrated)")
