@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from ..ir.graph import TensorType
 from .db import CostCache, device_fingerprint
 from .model import OpSignature
-from .measured import MeasuredCostModel, profiling_lock, signature_key  # noqa: F401 (re-export)
+from .measured import MeasuredCostModel, profiling_lock
 
 if TYPE_CHECKING:       # onnx is imported on first measurement: a cached run never loads it
     import onnx

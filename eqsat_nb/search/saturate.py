@@ -15,10 +15,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..egraph.index import build_index
-from ..egraph.layout import M_EPOCH, MAXA
+from ..egraph.layout import M_EPOCH
 from ..egraph.shapes_nb import shape_consts
 from ..egraph.store import EOP_NAMES, OP_KIND, EGraph, EGraphError
-from ..rules.apply import B_EXPR, B_NODE, Applier, RuleCompileError, apply_matches, compile_applier
+from ..rules.apply import B_NODE, Applier, RuleCompileError, apply_matches, compile_applier
 from ..rules.compile import Program, compile_pattern
 from ..rules.match import MatchIndex, search
 from ..rules.multi import canonical_key, is_symmetric, join
@@ -240,7 +240,7 @@ def _apply(eg: EGraph, applier: Applier, rows: np.ndarray, consts: np.ndarray,
     # the kernel stops when the arrays lack room for one more match; they grow by what the
     # remaining matches could need, at most about half the e-graph at a time (most targets of a
     # large batch usually exist already, so reserving the worst case up front over-allocates)
-    per = max(applier.new_nodes, int(np.isin(applier.build[:, 0], (B_NODE, B_EXPR)).sum()), 1)
+    per = max(applier.new_nodes, 1)            # node and literal slots of the target
     per_uses = _uses_per_match(applier)
     stats = np.zeros(5, np.int64)
     unions = np.empty((len(rows) * len(applier.targets), 2), np.int32)
