@@ -30,9 +30,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from ..ir.graph import TensorType
+from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
 from ..ir.ops import OPS, infer_types, normalize_attrs, op_def
 from ..ir.shapes import spatial_pads
 
@@ -40,10 +41,7 @@ OPSET = 17
 GELU_OPSET = 20
 IR_VERSION = 9          # what onnxruntime 1.31 accepts
 
-ONNX_DTYPES = {"f16": TensorProto.FLOAT16, "f32": TensorProto.FLOAT, "f64": TensorProto.DOUBLE,
-               "i32": TensorProto.INT32, "i64": TensorProto.INT64, "bool": TensorProto.BOOL}
-NP_DTYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32,
-             "i64": np.int64, "bool": np.bool_}
+ONNX_DTYPES = DTYPE_TO_ONNX     # IR dtype -> ONNX element type (the IR's one table)
 _ACT_ONNX = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 
 #: Operators without an ONNX lowering, and why.

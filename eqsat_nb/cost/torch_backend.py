@@ -23,11 +23,12 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..ir.graph import TensorType
+from ..ir.opaque import NP_DTYPES
 from ..ir.ops import conv_groups, infer_types
 from ..ir.shapes import spatial_pads
 from .db import CostCache
 from .measured import MeasuredCostModel
-from .onnx_node import NP_DTYPES, random_array
+from .onnx_node import random_array
 
 BACKEND = "torch"
 
