@@ -110,6 +110,23 @@ def test_calibration_recovers_a_known_profile():
     assert quality(fitted, samples) == after
 
 
+def test_calibration_that_makes_the_fit_worse_is_discarded(monkeypatch):
+    import dataclasses
+
+    from eqsat_nb.cost import calibrate
+
+    sigs = [_sig("matmul", [(c, 256), (256, c)], (1,)) for c in (8, 16, 32, 64, 128)]
+    sigs += [_sig("ewadd", [(1, c, 56, 56), (1, c, 56, 56)]) for c in (8, 16, 32, 64)]
+    cpu = AnalyticCostModel(CPU)
+    samples = [(s, cpu.cost(s) * 1.5) for s in sigs]
+    real = calibrate._profile
+    monkeypatch.setattr(calibrate, "_profile", lambda base, theta, name: dataclasses.replace(
+        real(base, theta, name), matmul_flops=CPU.matmul_flops * 1e3))   # a bad "fit"
+    fitted, before, after = fit_profile(samples, CPU)
+    assert after == before
+    assert dataclasses.replace(fitted, name=CPU.name) == CPU and fitted.name == "cpu-calibrated"
+
+
 def test_calibration_needs_enough_samples():
     with pytest.raises(ValueError, match="at least"):
         fit_profile([(_sig("relu", [(4,)]), 5.0)])

@@ -9,7 +9,8 @@ the samples do not constrain (say, DRAM bandwidth when every working set fits th
 their measured defaults instead of drifting. `cache_bytes` and per-op multipliers are
 kept from the starting profile. Views (reshape, dropout) cost 0 analytically and are left out.
 Quality is reported as the geometric mean of max(r, 1/r) over the samples (1.0 = exact) and the
-worst such ratio, before and after the fit.
+worst such ratio, before and after the fit; a fit that makes the geometric mean worse is
+discarded (the starting values are kept under the new name).
 """
 from __future__ import annotations
 
@@ -101,4 +102,9 @@ def fit_profile(samples: Sequence[tuple[OpSignature, float]], base: DeviceProfil
         if not improved or np.abs(step).max() < 1e-6:
             break
     fitted = _profile(base, theta, name)
-    return fitted, quality(base, data), quality(fitted, data)
+    before, after = quality(base, data), quality(fitted, data)
+    if after.gmean_ratio > before.gmean_ratio:
+        # least squares of the log ratios can raise their mean absolute value (the reported
+        # geometric-mean ratio) on noisy samples: then the fit is no calibration at all
+        return replace(base, name=name), before, before
+    return fitted, before, after
