@@ -196,7 +196,7 @@ def test_ort_overheads_and_cold_weight_copies(tmp_path):
     floor, node = m.floor_us, m.node_us
     assert floor > 0 and 0 <= node < floor
     s = _sig("relu", [(1, 8)])
-    assert m.cost(s) == pytest.approx(max(m.measure("relu", s.attrs, s.inputs) - floor, node))
+    assert m.cost(s) == pytest.approx(m.measure("relu", s.attrs, s.inputs) + node)
     m2 = OrtCostModel(CostCache(tmp_path / "c.sqlite"), repeats=5, warmups=1)
     assert (m2.floor_us, m2.node_us) == (floor, node)          # cached per device
     assert m.copies([T((4, 8)), T((8, 8))], {1}) == 1            # small weights: warm

@@ -13,9 +13,10 @@ machine's 2 vCPUs are shared; timings taken minutes apart differ by tens of perc
   shares it: under a load average of 5 the wall-clock end to end was 2.5x the sum;
 - sum of ops: for every distinct signature of `graph_signatures(graph)`, the one-node models the
   `ort` backend measures (`OrtCostModel.node_model`, cold-weight replicas included), timed as the
-  backend does (`CpuTimer`, boundary NCHWc reorders left out) and priced with
-  `OrtCostModel.net_cost`, or by its `rule_cost`; the session floor and per-node dispatch come
-  from the backend's chain models, timed in the same rounds. Predicted latency = sum + one floor.
+  backend does (`KernelTimer`: the node's profiled kernels, boundary NCHWc reorders and
+  descheduled time left out) and priced with `OrtCostModel.net_cost`, or by its `rule_cost`; the
+  session floor and per-node dispatch come from the backend's chain models (`CpuTimer`), timed in
+  the same rounds. Predicted latency = sum + one floor.
 
 Each round runs the whole model once and every one-node configuration and chain once; medians
 over the rounds after the warm-up rounds. Prints a Markdown table: model, ops, sum of ops (ms),
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from eqsat_nb.cost.model import OpSignature, graph_signatures  # noqa: E402
 from eqsat_nb.cost.onnx_node import random_inputs  # noqa: E402
-from eqsat_nb.cost.ort import CpuTimer, OrtCostModel, _chain_model  # noqa: E402
+from eqsat_nb.cost.ort import CpuTimer, KernelTimer, OrtCostModel, _chain_model  # noqa: E402
 from eqsat_nb.ir.parse import load  # noqa: E402
 
 MODELS = ("nasrnn", "bert", "resnext50", "nasneta", "squeezenet", "vgg19", "inceptionv3",
@@ -57,10 +58,10 @@ def whole_model_timer(model: Any, tmp: str) -> CpuTimer:
 
     feed = random_inputs(model)
     if model.ByteSize() < PROTO_LIMIT - (1 << 20):
-        return CpuTimer([model], feed=feed, boundary=False)
+        return CpuTimer([model], feed=feed)
     path = os.path.join(tmp, "model.onnx")
     onnx.save_model(model, path, save_as_external_data=True, location="weights.bin")
-    return CpuTimer([path], feed=feed, boundary=False)
+    return CpuTimer([path], feed=feed)
 
 
 def measure_model(name: str, budget_s: float, max_rounds: int, warm_rounds: int = 2,
@@ -71,7 +72,7 @@ def measure_model(name: str, budget_s: float, max_rounds: int, warm_rounds: int 
     graph = load(ROOT / "ir_examples" / f"{name}.tir")
     cm = OrtCostModel(None)
     sigs = Counter(graph_signatures(graph))
-    measured: dict[tuple, tuple[CpuTimer, int]] = {}
+    measured: dict[tuple, tuple[KernelTimer, int]] = {}
     key_of: dict[OpSignature, tuple | None] = {}
     for sig in sigs:
         if cm.rule_cost(sig) is not None:
@@ -82,8 +83,8 @@ def measure_model(name: str, budget_s: float, max_rounds: int, warm_rounds: int 
         key_of[sig] = key
         if key not in measured:
             model, k = cm.node_model(sig.op, attrs, sig.inputs, set(sig.const_inputs))
-            measured[key] = (CpuTimer([model]), k)
-    chains = [CpuTimer([_chain_model(n)], boundary=False) for n in (1, 33)]
+            measured[key] = (KernelTimer(model), k)
+    chains = [CpuTimer([_chain_model(n)]) for n in (1, 33)]
     with tempfile.TemporaryDirectory(prefix="eqsat-nb-e2e-") as tmp:
         e2e = whole_model_timer(to_onnx(graph), tmp)
         t0 = time.perf_counter()
@@ -99,8 +100,7 @@ def measure_model(name: str, budget_s: float, max_rounds: int, warm_rounds: int 
             if rounds >= warm_rounds + 3 and (rounds >= warm_rounds + max_rounds
                                               or spent > budget_s):
                 break
-    run_us = {key: max(t.median(warm_rounds) - t.boundary_us(warm_rounds), 0.0)
-              for key, (t, _) in measured.items()}
+    run_us = {key: t.median(warm_rounds) for key, (t, _) in measured.items()}
     t1, t33 = (c.median(warm_rounds) for c in chains)
     node = max((t33 - t1) / 32, 0.0)
     floor = max(t1 - node, 0.0)

@@ -5,14 +5,18 @@ sequential execution, all graph optimizations, activations as graph inputs and w
 initializers (an all-constant node is folded away), `warmups` runs then the median of `repeats`.
 
 What is timed is what the node costs inside a whole model (checked by `tools/cost_accuracy.py`):
-- CPU time of `sess.run` on the calling thread (`CpuTimer`; with one intra-op thread the kernels
-  run there), not wall time: on this shared machine short one-node runs mostly catch a free CPU
-  while a whole model's run is always descheduled part of the time (2.5x apart at load 5);
-- less the NCHWc `ReorderInput`/`ReorderOutput` a lone conv/pool is wrapped in
-  (`BOUNDARY_KERNELS`, timed by a profiled twin session): in a model, consecutive NCHWc ops pass
-  blocked tensors on and pay these once per run of such ops (up to 20 % of a 1x1 conv);
+- the node's own kernels, as onnxruntime's profiler times them (`KernelTimer`), not the whole
+  `sess.run` of the one-node model: a whole model runs its kernels nearly back to back (its
+  CPU time is within ~2 % of the sum of its profiled kernels), while a one-node run adds the copy
+  of its graph output and the session floor;
+- without the NCHWc `ReorderInput`/`ReorderOutput` a lone conv/pool is wrapped in
+  (`BOUNDARY_KERNELS`): in a model, consecutive NCHWc ops pass blocked tensors on and pay these
+  once per run of such ops (up to 2x the conv itself for a depthwise conv);
+- less the time a run was descheduled (wall `model_run` beyond the thread CPU time of `sess.run`;
+  with one intra-op thread the kernels run on the calling thread): on this shared machine a long
+  kernel's wall time includes other processes' turns, which the whole model's CPU time does not;
 - weights of `COLD_WEIGHT_BYTES` or more cold, as `copies` side-by-side instances of the node in
-  one model (`replicate`) whose weights overflow the LLC, one session floor shared.
+  one model (`replicate`) whose weights overflow the LLC, a `copies`-th of their kernels;
 - fused activations: a conv2d/matmul `act` is timed fused (onnxruntime fuses Conv+Relu,
   MatMul+activation itself), so the IR's fused form is priced as onnxruntime runs it.
 
@@ -57,13 +61,10 @@ if TYPE_CHECKING:       # onnx is imported on first measurement: a cached run ne
 BACKEND = "ort"
 
 
-def time_model(model: "onnx.ModelProto | Sequence[onnx.ModelProto]", repeats: int = 50,
-               warmups: int = 10, threads: int = 1) -> float:
-    """Median CPU µs of one `sess.run` (`CpuTimer`, boundary reorders included). Several models
-    (the same node with different weights) are run round-robin on the same inputs, so each run
-    finds its weights evicted from the cache, as in a whole model whose weights exceed it."""
-    models = [model] if not isinstance(model, (list, tuple)) else list(model)
-    timer = CpuTimer(models, threads, boundary=False)
+def time_model(model: "onnx.ModelProto", repeats: int = 50, warmups: int = 10,
+               threads: int = 1) -> float:
+    """Median CPU µs of one whole `sess.run` of `model` (`CpuTimer`)."""
+    timer = CpuTimer([model], threads)
     skip = max(1, warmups)
     for _ in range(skip + repeats):
         timer.run()
@@ -92,29 +93,20 @@ def _session(model: "onnx.ModelProto | str", threads: int = 1, profile_prefix: s
 
 
 class CpuTimer:
-    """Runs `sess.run` of one or more models (round-robin, as `time_model`) and records each run's
-    CPU time on the calling thread, in µs: with one intra-op thread onnxruntime executes the
-    kernels on the caller's thread, so time the process spends descheduled by other processes'
-    load (this machine's vCPUs are shared) is not counted, only the work of the run.
-
-    Where onnxruntime wraps a one-node model in `BOUNDARY_KERNELS`, a profiled twin session of the
-    first model is run beside it and `boundary_us()` gives their median duration, which a node
-    inside a whole model does not pay. Separate `run()` calls let a caller interleave timers (the
-    accuracy check alternates one-node runs with whole-model runs)."""
+    """Runs `sess.run` of one or more models (round-robin) and records each run's CPU time on the
+    calling thread, in µs: with one intra-op thread onnxruntime executes the kernels on the
+    caller's thread, so time the process spends descheduled by other processes' load (this
+    machine's vCPUs are shared) is not counted, only the work of the run. Times whole models and
+    the overhead chains; separate `run()` calls let a caller interleave timers (the accuracy check
+    alternates one-node runs with whole-model runs)."""
 
     def __init__(self, models: "Sequence[onnx.ModelProto] | Sequence[str]", threads: int = 1,
-                 feed: "Mapping[str, Any] | None" = None, boundary: bool = True) -> None:
+                 feed: "Mapping[str, Any] | None" = None) -> None:
         from .onnx_node import random_inputs
 
         self.sessions = [_session(m, threads) for m in models]
         self.feed = dict(feed) if feed is not None else random_inputs(models[0])
         self.times: list[float] = []
-        self._dir: tempfile.TemporaryDirectory | None = None
-        self._prof = None
-        if boundary and not isinstance(models[0], str) and \
-                BOUNDARY_KERNELS & set(optimized_op_types(models[0])):
-            self._dir = tempfile.TemporaryDirectory(prefix="eqsat-nb-prof-")
-            self._prof = _session(models[0], threads, os.path.join(self._dir.name, "p"))
 
     def run(self, burst: int = 1) -> None:
         """`burst` runs back to back, the last one recorded (the earlier ones bring the session's
@@ -125,44 +117,88 @@ class CpuTimer:
         t0 = time.thread_time_ns()
         sess.run(None, self.feed)
         self.times.append((time.thread_time_ns() - t0) / 1000.0)
-        if self._prof is not None:
-            self._prof.run(None, self.feed)
 
     def median(self, skip: int = 0) -> float:
         """Median CPU µs of the runs after the first `skip`."""
         return statistics.median(self.times[skip:])
 
-    def boundary_us(self, skip: int = 0) -> float:
-        """Median µs per run of the boundary reorders (0 without them); ends profiling."""
-        if self._prof is None or self._dir is None:
-            return 0.0
-        import json
 
-        with open(self._prof.end_profiling()) as f:
-            events = json.load(f)
-        self._prof = None
-        runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                      if e.get("cat") == "Session" and e.get("name") == "model_run")
-        sums = [0.0] * len(runs)
-        for e in events:
-            if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time") and \
-                    e.get("args", {}).get("op_name") in BOUNDARY_KERNELS:
-                for i, (t0, t1) in enumerate(runs):
-                    if t0 <= e["ts"] <= t1:
-                        sums[i] += e["dur"]
-                        break
-        self._dir.cleanup()
-        return statistics.median(sums[skip:]) if sums[skip:] else 0.0
+class KernelTimer:
+    """The node's own kernel time in a one-node model, from onnxruntime's profiler: per recorded
+    run, the durations of its kernels other than `BOUNDARY_KERNELS`, less the time the run was
+    descheduled (its wall `model_run` beyond the thread CPU time of `sess.run`, so that a long
+    kernel that shared the CPU is not overpriced).
+
+    Why kernels and not the CPU time of the whole `sess.run` less the boundary reorders (method
+    m3): what `sess.run` adds beyond the kernels of a one-node model (copying the graph output out,
+    the session floor) is not in a whole model, and the reorders, timed in a separate profiled
+    session, measured up to 2.5x what they cost in the timed session (its buffers were cold), so
+    many depthwise convs came out at 0 and mobilenetv2's sum at 58 % of its run. The profiled
+    node kernels of a one-node model match the same kernels in a whole-model profile within a few
+    % (`tools/cost_accuracy.py`)."""
+
+    def __init__(self, model: "onnx.ModelProto", threads: int = 1,
+                 feed: "Mapping[str, Any] | None" = None) -> None:
+        from .onnx_node import random_inputs
+
+        self._dir = tempfile.TemporaryDirectory(prefix="eqsat-nb-prof-")
+        self.session = _session(model, threads, os.path.join(self._dir.name, "p"))
+        self.feed = dict(feed) if feed is not None else random_inputs(model)
+        self.times: list[float] = []        # CPU µs of each recorded run
+        self._runs = 0                      # runs so far, recorded or not
+        self._recorded: list[int] = []      # index of each recorded run among all runs
+        self._kernels: list[float] | None = None
+
+    def run(self, burst: int = 1) -> None:
+        """`burst` runs back to back, the last one recorded (as `CpuTimer.run`)."""
+        for _ in range(burst - 1):
+            self.session.run(None, self.feed)
+        t0 = time.thread_time_ns()
+        self.session.run(None, self.feed)
+        self.times.append((time.thread_time_ns() - t0) / 1000.0)
+        self._runs += burst
+        self._recorded.append(self._runs - 1)
+
+    def kernels(self) -> list[float]:
+        """µs of the node's kernels in each recorded run, descheduled time out; ends profiling."""
+        if self._kernels is None:
+            import bisect
+            import json
+
+            with open(self.session.end_profiling()) as f:
+                events = json.load(f)
+            self._dir.cleanup()
+            runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                          if e.get("cat") == "Session" and e.get("name") == "model_run")
+            starts = [t0 for t0, _ in runs]
+            per_run = [0.0] * len(runs)
+            for e in events:
+                if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time") and \
+                        e.get("args", {}).get("op_name") not in BOUNDARY_KERNELS:
+                    i = bisect.bisect_right(starts, e["ts"]) - 1
+                    if i >= 0 and e["ts"] <= runs[i][1]:
+                        per_run[i] += e["dur"]
+            self._kernels = []
+            for i, cpu in zip(self._recorded, self.times):
+                if i < len(runs):
+                    wall = runs[i][1] - runs[i][0]
+                    self._kernels.append(max(per_run[i] - max(wall - cpu, 0.0), 0.0))
+        return self._kernels
+
+    def median(self, skip: int = 0) -> float:
+        """Median µs of the node's kernels over the recorded runs after the first `skip`."""
+        got = self.kernels()[skip:]
+        return statistics.median(got) if got else 0.0
 
 
-def time_node(models: "Sequence[onnx.ModelProto]", repeats: int = 50, warmups: int = 10,
+def time_node(model: "onnx.ModelProto", repeats: int = 50, warmups: int = 10,
               threads: int = 1) -> float:
-    """Median CPU µs of one run of `models` (round-robin) less their boundary reorders."""
-    timer = CpuTimer(models, threads)
+    """Median µs of the node kernels of a one-node `model` (`KernelTimer`)."""
+    timer = KernelTimer(model, threads)
     skip = max(1, warmups)
     for _ in range(skip + repeats):
         timer.run()
-    return max(timer.median(skip) - timer.boundary_us(skip), 0.0)
+    return timer.median(skip)
 
 
 def replicate(models: "Sequence[onnx.ModelProto]") -> "onnx.ModelProto":
@@ -234,13 +270,14 @@ class OrtCostModel(MeasuredCostModel):
     """Measured CPU costs (µs) of single operators, cached in a `CostCache`; a `CostModel`
     (`cost(sig)`, `egraph_costs`, `graph_cost`), and `measure(...)` for one configuration.
 
-    `measure` returns the CPU time of one `sess.run` of the one-node model (boundary reorders out;
-    for cold weights one floor plus a `copies`-th of a replicated run). `cost` is what the node adds
-    to a whole model's run (`net_cost`): the measurement less the session floor (`floor_us`: what
-    `sess.run` costs beyond its kernels, paid once per inference), at least `node_us` (the
-    in-graph dispatch of one more node); or the `rule_cost` where one-node timing would mislead.
-    Both overheads are measured once per device (chains of 1 and 33 one-element Adds) and cached.
-    A whole model's predicted latency is `graph_cost(model, g) + floor_us`.
+    `measure` returns the median time of the node's kernels in its one-node model (`KernelTimer`:
+    onnxruntime's profiler, boundary reorders and descheduled time out; for cold weights a
+    `copies`-th of the replicas' kernels). `cost` is what the node adds to a whole model's run
+    (`net_cost`): the kernels plus `node_us` (the in-graph dispatch of one more node); or the
+    `rule_cost` where one-node timing would mislead. `floor_us` is what `sess.run` costs beyond
+    its kernels, paid once per inference. Both overheads are measured once per device (CPU time
+    of chains of 1 and 33 one-element Adds) and cached. A whole model's predicted latency is
+    `graph_cost(model, g) + floor_us`.
 
     Weights larger than `COLD_WEIGHT_BYTES` are measured cold (`node_model`): in a whole model
     every weight is read once per inference and, with the models' tens to hundreds of MB of
@@ -250,7 +287,7 @@ class OrtCostModel(MeasuredCostModel):
 
     backend = BACKEND
     launch_us = 4.6        # the per-call floor measured here; what an `opaque` node costs
-    METHOD = "m3"          # measurement method (CPU time, reorders, replicas): in the key
+    METHOD = "m4"          # measurement method (profiled node kernels, replicas): in the key
     COLD_WEIGHT_BYTES = 256 << 10
     LLC_BYTES = 32 << 20
     MAX_COPIES = 64
@@ -288,18 +325,15 @@ class OrtCostModel(MeasuredCostModel):
                   for i in range(k)]
         return (models[0] if k == 1 else replicate(models)), k
 
-    def per_node(self, run_us: float, k: int) -> float:
-        """One node's run time from a run of `k` side-by-side copies: one session floor plus a
-        k-th of the rest."""
-        if k == 1:
-            return run_us
-        floor = self._overheads()[0]
-        return floor + max(run_us - floor, 0.0) / k
+    @staticmethod
+    def per_node(kernel_us: float, k: int) -> float:
+        """One node's kernel time from the kernels of `k` side-by-side copies."""
+        return kernel_us / k
 
     def _time(self, op: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
               weight_inputs: set[int]) -> float:
         model, k = self.node_model(op, attrs, input_types, weight_inputs)
-        return self.per_node(time_node([model], self.repeats, self.warmups, self.threads), k)
+        return self.per_node(time_node(model, self.repeats, self.warmups, self.threads), k)
 
     def _overheads(self) -> tuple[float, float]:
         """(floor_us, node_us), measured once per device and cached."""
@@ -346,11 +380,10 @@ class OrtCostModel(MeasuredCostModel):
                 return 0.0                  # folded into the producing conv's weights and bias
         return None
 
-    def net_cost(self, run_us: float) -> float:
-        """What a node whose one-node run takes `run_us` adds to a whole model's run: less the
-        session floor, at least one in-graph dispatch."""
-        floor, node = self._overheads()
-        return max(run_us - floor, node)
+    def net_cost(self, kernel_us: float) -> float:
+        """What a node whose kernels take `kernel_us` adds to a whole model's run: those plus one
+        in-graph dispatch."""
+        return kernel_us + self._overheads()[1]
 
     def _cost(self, sig: OpSignature) -> float:
         rule = self.rule_cost(sig)
