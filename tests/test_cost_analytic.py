@@ -57,6 +57,30 @@ def test_transcendental_and_transpose_rates():
     assert m.cost(sig("transpose", x, perm=(1, 0))) > m.cost(sig("relu", x))
 
 
+def test_gpu_wave_quantization_rewards_merged_matmuls():
+    """Three 197x768x768 matmuls take 3 x 2 waves of an A100's 108 SMs, the merged
+    197x768x2304 one 5 waves: merging pays beyond the two saved launches. The CPU profile prices
+    FLOPs only (merged = the three separate ones less their launches, within the cache model)."""
+    a100, cpu = AnalyticCostModel("a100"), AnalyticCostModel("cpu")
+    one = sig("matmul", [(197, 768), (768, 768)])
+    merged = sig("matmul", [(197, 768), (768, 2304)])
+    p = PROFILES["a100"]
+    assert p.gemm_s(1, 197, 768, 768) == pytest.approx(2 * 108 * 2 * 32 * 32 * 768 / 19.5e12)
+    assert p.gemm_s(1, 197, 2304, 768) == pytest.approx(5 * 108 * 2 * 32 * 32 * 768 / 19.5e12)
+    saved_launches = 2 * a100.launch_us
+    assert 3 * a100.cost(one) - a100.cost(merged) > saved_launches + 5.0
+    assert PROFILES["cpu"].gemm_s(1, 197, 768, 768) == pytest.approx(2 * 197 * 768 * 768 / 113e9)
+    assert cpu.cost(merged) > 3 * cpu.cost(one) - 2 * cpu.launch_us - 1e-9
+    # a one-row product is not padded to a full tile: memory-bound, near the launch floor
+    gemv = a100.cost(sig("matmul", [(1, 512), (512, 512)]))
+    assert gemv < a100.launch_us + 1.0
+    # grouped convs keep the plain roofline
+    grouped = sig("conv2d", [(1, 128, 56, 56), (128, 4, 3, 3)], stride=(1, 1))
+    f = 2 * 56 * 56 * 128 * 4 * 9
+    assert a100.cost(grouped) == pytest.approx(
+        a100.launch_us + max(f / 19.5e12, p.memory_s(4 * (2 * 128 * 56 * 56 + 128 * 36))) * 1e6)
+
+
 def test_memo_is_per_signature():
     m = AnalyticCostModel("a100")
     s = sig("matmul", [(1, 512), (512, 512)])

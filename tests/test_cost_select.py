@@ -86,5 +86,21 @@ def test_bad_profile_files(tmp_path, text, match):
         make_cost_model("analytic", str(path))
 
 
+def test_gpu_profile_file_keeps_its_wave_model(tmp_path):
+    """A profile file round-trips `sms`/`tile`; a file without them (older, or a CPU fit) has no
+    wave model."""
+    path = tmp_path / "gpu.json"
+    path.write_text(profile_to_json(analytic.A100))
+    assert analytic.load_profile(path) == analytic.A100
+    doc = json.loads(profile_to_json(analytic.A100))
+    del doc["sms"], doc["tile"]
+    path.write_text(json.dumps(doc))
+    assert analytic.load_profile(path).sms == 0
+    doc["sms"] = -2
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TirError, match="sms"):
+        make_cost_model("analytic", str(path))
+
+
 def test_all_backends_listed():
     assert BACKENDS == ("analytic", "ort", "trt", "torch")

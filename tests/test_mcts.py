@@ -263,3 +263,13 @@ def test_executor_interface_jobs_are_pure(rules, cpu):
         tree = run_simulations(job.tree, ctx, job.n, job.seed)
         out.append(sorted((a, c.visits, round(c.value, 12)) for a, c in tree.children.items()))
     assert out[0] == out[1] and out[0]
+
+
+def test_decision_finishes_its_rule_past_the_limit_up_to_twice_it(rules):
+    """Rollouts stop a rule at the node limit; the real e-graph's decision finishes it, as TENSAT
+    mode does, but a multi-pattern action on ResNet-50 (120 000 nodes unbounded) stops at 2x."""
+    model = AnalyticCostModel("a100")
+    eg, rep = _mcts("resnet50", rules, model, budget=4, node_limit=1000, zero_patience=None)
+    assert rep.stop_reason == "node limit"
+    assert rep.decisions[-1].nodes == eg.num_nodes
+    assert 1000 < eg.num_nodes < 2 * 1000 + 16 * 64  # one chunk of at most 16 matches past 2x

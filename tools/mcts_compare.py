@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--final", choices=("ilp", "ocf"), default="ilp")
-    ap.add_argument("--reward", choices=("ocf", "ocf+switch"), default="ocf",
+    ap.add_argument("--reward", choices=("ocf", "ocf+switch"), default=MctsOptions.reward_extract,
                     help="extractor of the rollout rewards")
     ap.add_argument("--ilp-time-limit", type=float, default=60.0)
     ap.add_argument("--stop-on-zero", action="store_true",

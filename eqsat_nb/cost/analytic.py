@@ -9,6 +9,15 @@ moved (every input and output once, element size from the dtype: 4 B for f32) ov
 the first `cache_bytes` of a node's working set at `cache_bw`, the rest at `dram_bw` (on GPUs the
 two are the HBM figure). Transposes move their bytes at `transpose_eff` x that bandwidth.
 
+GPU profiles (`sms` > 0) also price the way a GEMM-shaped kernel (matmul, ungrouped conv as an
+implicit GEMM) fills the device: its M x N output is cut into `tile` x `tile` blocks, one block per
+streaming multiprocessor at a time, so the compute time is that of `waves = ceil(blocks / sms)`
+full waves of full tiles, not FLOPs / peak (NVIDIA, "Matrix Multiplication Background User's
+Guide": tile and wave quantization). A 197 x 768 x 768 matmul needs 168 of an A100's 2 x 108
+block slots (2 waves); three of them take 6 waves, the merged 197 x 768 x 2304 one 5. This is part
+of why the papers measured gains from merging matmuls and convs on GPUs at equal FLOPs.
+Grouped convs keep the plain roofline (cuDNN runs them with other kernels).
+
 Layout choices (documented, the same on every profile):
 - `reshape` costs 0: it is a view on every backend (same buffer, new shape).
 - `dropout` costs 0: identity at inference (runtimes drop it).
@@ -62,6 +71,19 @@ class DeviceProfile:
     transpose_eff: float         # fraction of bandwidth a transpose reaches
     launch_us: float             # per-kernel (per-call) floor
     op_scale: Mapping[str, float] = field(default_factory=dict)  # per-op multiplier on the roofline
+    sms: int = 0                 # GPU streaming multiprocessors (0: no wave quantization)
+    tile: int = 32               # GEMM output tile edge of the wave model
+
+    def gemm_s(self, batch: int, m: int, n: int, k: int) -> float:
+        """Compute seconds of `batch` M x N x K GEMMs under tile and wave quantization (GPUs),
+        or at peak (sms == 0). A dimension shorter than the tile gets a tile of its own length
+        (a 1-row product is not padded to 32 rows)."""
+        if self.sms <= 0:
+            return 2.0 * batch * m * n * k / self.matmul_flops
+        tm, tn = min(self.tile, m), min(self.tile, n)
+        blocks = batch * (-(-m // tm)) * (-(-n // tn))
+        waves = -(-blocks // self.sms)
+        return waves * self.sms * 2.0 * tm * tn * k / self.matmul_flops
 
     def memory_s(self, nbytes: float) -> float:
         fit = min(nbytes, self.cache_bytes)
@@ -83,16 +105,18 @@ CPU = DeviceProfile("cpu", matmul_flops=113e9, vector_flops=113e9, cache_bw=100e
 # ~ 2.4 T/s (Ampere tuning guide / whitepaper SFU counts). Kernel launch overhead ~3-5 us
 # (NVIDIA's CUDA Graphs posts measure a few us per launch); 4 us used. Pooling is bandwidth-bound;
 # its rate is set to the FP32 rate. Transposes reach ~70 % of HBM bandwidth (estimate).
+# 108 SMs (datasheet). 32 x 32 output tiles: the smallest of the tiles cuBLAS/cuDNN choose from
+# (32 x 32 to 256 x 128), so the wave model errs towards the plain roofline.
 A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_bw=1.555e12,
                      dram_bw=1.555e12, cache_bytes=0, transcendental=2.4e12, pool=19.5e12,
-                     transpose_eff=0.7, launch_us=4.0)
+                     transpose_eff=0.7, launch_us=4.0, sms=108, tile=32)
 
 # NVIDIA H100 SXM5, public datasheet ("NVIDIA H100 Tensor Core GPU", 2022): FP32 67 TFLOP/s,
 # HBM3 3.35 TB/s. Transcendentals: 132 SMs x 16 SFU ops/clk x 1.98 GHz ~ 4.2 T/s. Launch 3 us
-# (a few us, slightly below A100's with newer drivers; an estimate).
+# (a few us, slightly below A100's with newer drivers; an estimate). 132 SMs (datasheet).
 H100 = DeviceProfile("h100", matmul_flops=67e12, vector_flops=67e12, cache_bw=3.35e12,
                      dram_bw=3.35e12, cache_bytes=0, transcendental=4.2e12, pool=67e12,
-                     transpose_eff=0.7, launch_us=3.0)
+                     transpose_eff=0.7, launch_us=3.0, sms=132, tile=32)
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (CPU, A100, H100)}
 
@@ -103,6 +127,7 @@ CALIBRATED = "cpu-calibrated"
 PROFILE_ENV = "EQSAT_NB_CPU_PROFILE"
 _FIELDS = ("matmul_flops", "vector_flops", "cache_bw", "dram_bw", "cache_bytes", "transcendental",
            "pool", "transpose_eff", "launch_us")
+_OPTIONAL = {"sms": 0, "tile": 32}      # integer fields a profile file may leave out
 
 
 def calibrated_path() -> Path:
@@ -118,6 +143,7 @@ def calibrated_path() -> Path:
 def profile_to_json(prof: DeviceProfile, extra: Mapping[str, Any] | None = None) -> str:
     """The profile as JSON (its rates, per-op multipliers, and `extra` notes such as the fit)."""
     doc: dict[str, Any] = {"name": prof.name, **{f: getattr(prof, f) for f in _FIELDS},
+                           **{f: getattr(prof, f) for f in _OPTIONAL},
                            "op_scale": dict(prof.op_scale)}
     if extra:
         doc["fit"] = dict(extra)
@@ -141,6 +167,7 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
     try:
         vals = {f: float(doc[f]) for f in _FIELDS}
         scale = {str(k): float(v) for k, v in dict(doc.get("op_scale") or {}).items()}
+        ints = {f: int(doc.get(f, d)) for f, d in _OPTIONAL.items()}
     except (TypeError, ValueError):
         raise TirError("device profile values must be numbers", file=str(path)) from None
     bad = [f for f, v in vals.items() if not math.isfinite(v) or v < 0
@@ -148,7 +175,9 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
     if bad:
         raise TirError(f"device profile has non-positive or non-finite {', '.join(bad)}",
                        file=str(path))
-    return DeviceProfile(str(doc.get("name", path.stem)), op_scale=scale, **vals)
+    if ints["sms"] < 0 or ints["tile"] < 1:
+        raise TirError("device profile needs sms >= 0 and tile >= 1", file=str(path))
+    return DeviceProfile(str(doc.get("name", path.stem)), op_scale=scale, **vals, **ints)
 
 
 def profile(name: str) -> DeviceProfile:
@@ -165,6 +194,22 @@ def profile(name: str) -> DeviceProfile:
         return load_profile(name)
     raise ValueError(f"unknown device profile {name!r} (known: {', '.join(PROFILES)}, "
                      f"{CALIBRATED}, or a profile .json file)")
+
+
+def _gemm_shape(op: str, sig: OpSignature) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a matmul or an ungrouped conv2d seen as an implicit GEMM; None for
+    grouped convs and shapes the wave model does not cover."""
+    if len(sig.inputs) < 2 or not sig.outputs:
+        return None
+    a, b = sig.inputs[0].shape, sig.inputs[1].shape
+    out = sig.outputs[0].shape
+    if op == "matmul":
+        if len(a) < 2 or len(b) < 2 or len(out) < 2:
+            return None
+        return math.prod(out[:-2]), out[-2], out[-1], a[-1]
+    if len(a) != 4 or len(b) != 4 or len(out) != 4 or a[1] != b[1]:
+        return None                     # NCHW x OIHW; grouped when a's C != the weight's I
+    return 1, out[0] * out[2] * out[3], out[1], b[1] * b[2] * b[3]
 
 
 def _bytes(types) -> int:
@@ -194,7 +239,8 @@ class AnalyticCostModel(CostModel):
             f = flops(op, list(sig.inputs), list(outs), sig.attrs)
             if act != "none":
                 f -= numel_out          # the epilogue is priced below
-            compute = f / p.matmul_flops
+            gemm = _gemm_shape(op, sig) if p.sms > 0 else None
+            compute = p.gemm_s(*gemm) if gemm else f / p.matmul_flops
             if act in ("tanh", "sigmoid"):
                 compute += numel_out / p.transcendental
             elif act == "relu":
