@@ -22,6 +22,7 @@ trimmed to the reachable classes (-1 elsewhere), like every extractor's answer.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from .dag import _walk, is_valid
 from .greedy import tree_costs
@@ -60,52 +61,77 @@ def joint_switch(problem: ExtractionProblem, choice: np.ndarray, max_rounds: int
     choice = np.asarray(choice, np.int64).copy()
     if C == 0 or choice.shape != (C,) or not is_valid(problem, choice):
         return choice
-    P = (problem.node_class, problem.node_cost, problem.child_start, problem.child_class,
-         problem.roots)
-
-    def walk(sel: np.ndarray):
-        cost, status, state = _walk(*P, sel, C)
-        return float(cost), int(status), state == 2
-
     fill, tree = tree_costs(problem.node_class, problem.node_cost, problem.child_start,
                             problem.child_class, C)
-    cur = np.where(choice >= 0, choice, fill)
-    best, status, reach = walk(cur)
-    assert status == 0
-    free = tree <= 0.0                        # zero-cost subexpressions: always available
+    cur = np.where(choice >= 0, choice, fill).astype(np.int64)
     groups = _groups(problem)
-    node_class = problem.node_class.astype(np.int64)
-
-    def attempt(classes: np.ndarray, nodes: np.ndarray) -> bool:
-        nonlocal cur, best, reach
-        trial = cur.copy()
-        trial[classes] = nodes
-        cost, st, r = walk(trial)
-        if st == 0 and cost < best - EPS:
-            cur, best, reach = trial, cost, r
-            return True
-        return False
-
-    for _ in range(max_rounds):
-        improved = False
-        for nodes in groups:
-            cls = node_class[nodes]
-            sel = reach[cls] & (cur[cls] != nodes)
-            if sel.any() and attempt(cls[sel], nodes[sel]):
-                improved = True
-        for c in np.flatnonzero(reach):
-            for i in problem.candidates(int(c)):
-                if i == cur[c] or not reach[c]:
-                    continue
-                kids = problem.children(int(i))
-                if kids.size and not np.all(reach[kids] | free[kids]):
-                    continue
-                if attempt(np.array([c]), np.array([i], np.int64)):
-                    improved = True
-        if not improved:
-            break
+    g_start = np.zeros(len(groups) + 1, np.int64)
+    g_start[1:] = np.cumsum([len(g) for g in groups])
+    g_nodes = np.concatenate(groups).astype(np.int64) if groups else np.zeros(0, np.int64)
+    best, reach = _switch(problem.node_class, problem.node_cost, problem.child_start,
+                          problem.child_class, problem.roots, problem.class_start,
+                          problem.class_nodes, C, cur, tree <= 0.0, g_start, g_nodes,
+                          max_rounds)
     out = np.where(reach, cur, -1)
     return out if best < _cost(problem, choice) - EPS else choice
+
+
+@njit(cache=True)
+def _switch(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarray,
+            child_class: np.ndarray, roots: np.ndarray, class_start: np.ndarray,
+            class_nodes: np.ndarray, n_classes: int, cur: np.ndarray, free: np.ndarray,
+            g_start: np.ndarray, g_nodes: np.ndarray, max_rounds: int):
+    """The move rounds on `cur` in place: (its DAG cost, its reachable mask). `free`: classes of
+    zero tree cost (always available); groups in CSR form (`g_start`, `g_nodes`)."""
+    best, status, state = _walk(node_class, node_cost, child_start, child_class, roots, cur,
+                                n_classes)
+    reach = state == 2
+    trial = cur.copy()
+    for _ in range(max_rounds):
+        improved = False
+        for g in range(g_start.size - 1):        # group moves
+            moved = False
+            for j in range(g_start[g], g_start[g + 1]):
+                nd = g_nodes[j]
+                c = node_class[nd]
+                if reach[c] and cur[c] != nd:
+                    trial[c] = nd
+                    moved = True
+            if not moved:
+                continue
+            cost, st, state = _walk(node_class, node_cost, child_start, child_class, roots,
+                                    trial, n_classes)
+            if st == 0 and cost < best - EPS:
+                cur[:] = trial
+                best, reach, improved = cost, state == 2, True
+            else:
+                for j in range(g_start[g], g_start[g + 1]):
+                    c = node_class[g_nodes[j]]
+                    trial[c] = cur[c]
+        for c in np.flatnonzero(reach):          # single moves (over the classes reachable now)
+            for p in range(class_start[c], class_start[c + 1]):
+                i = class_nodes[p]
+                if i == cur[c] or not reach[c]:
+                    continue
+                ok = True
+                for q in range(child_start[i], child_start[i + 1]):
+                    k = child_class[q]
+                    if not (reach[k] or free[k]):
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                trial[c] = i
+                cost, st, state = _walk(node_class, node_cost, child_start, child_class, roots,
+                                        trial, n_classes)
+                if st == 0 and cost < best - EPS:
+                    cur[c] = i
+                    best, reach, improved = cost, state == 2, True
+                else:
+                    trial[c] = cur[c]
+        if not improved:
+            break
+    return best, reach
 
 
 def _cost(problem: ExtractionProblem, choice: np.ndarray) -> float:
