@@ -80,11 +80,13 @@ def test_every_supported_op_has_a_case():
     assert {c[0] for c in CASES} == set(SUPPORTED)
 
 
+@pytest.mark.parametrize("opset", [17, 21])       # the builder's default; the exporter's (ort)
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_one_node_model_matches_interpreter(case):
+def test_one_node_model_matches_interpreter(case, opset):
     op, attrs, shapes, weights = case
     types = [T(s) for s in shapes]
-    model = one_node_model(op, attrs, types, weights, seed=1)
+    model = one_node_model(op, attrs, types, weights, seed=1, opset=opset)
+    assert model.opset_import[0].version >= opset
     onnx.checker.check_model(model, full_check=True)
     assert {i.name for i in model.graph.input}.isdisjoint(initializers(model))
     feed = random_inputs(model, seed=2)

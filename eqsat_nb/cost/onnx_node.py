@@ -15,11 +15,14 @@ Conventions:
 Lowerings: ewadd->Add, ewmul->Mul, matmul->MatMul, conv2d->Conv, relu/tanh/sigmoid, poolmax->MaxPool,
 poolavg->AveragePool(count_include_pad=1), transpose, concat, split->Split (sizes as an
 initializer), reshape (shape initializer), batchnorm->BatchNormalization, softmax,
-layernorm->LayerNormalization (opset 17), gelu->Gelu (opset 20), reduce_mean->ReduceMean, slice, pad, dropout->Identity,
+layernorm->LayerNormalization (opset 17), gelu->Gelu (opset 20), reduce_mean->ReduceMean (axes an input from opset 18), slice, pad, dropout->Identity,
 broadcast->Expand, scale->Mul by a scalar initializer, enlarge->Pad of the kernel (the reference
 operand only contributes its shape and is not part of the model), merge->Reshape, Mul by a
 block-diagonal 0/1 mask, Reshape. Leaves (`input`, `weight`) and `noop` have no ONNX node:
 `one_node_model` raises NotImplementedError for them.
+
+Models are written in opset `OPSET` (17) unless the caller asks for a later one (`opset`); the
+`ort` backend uses the exporter's, so onnxruntime runs the kernel versions of an exported model.
 
 Element types map one to one (f32 -> FLOAT, ...). onnxruntime's CPU provider has float32-only
 kernels for Conv, AveragePool, Gelu and Erf, so measure float models as f32.
@@ -115,11 +118,12 @@ def _onnx_pads(x: TensorType, kernel: Sequence[int], stride: Sequence[int], pad:
     return [int(t), int(l), int(b), int(r)]
 
 
-def _lower(lw: _Lowering, op: str, a: dict, outs: list[TensorType]) -> tuple[list[str], int]:
-    """Emit the nodes of `op`; returns (the operand names the model reads, opset)."""
+def _lower(lw: _Lowering, op: str, a: dict, outs: list[TensorType], opset: int = OPSET
+           ) -> tuple[list[str], int]:
+    """Emit the nodes of `op` for (at least) `opset`; returns (the operand names the model reads,
+    opset)."""
     ins = [lw.operand(i) for i in range(len(lw.types))]
     ts = lw.types
-    opset = OPSET
     simple = {"ewadd": "Add", "ewmul": "Mul", "relu": "Relu", "tanh": "Tanh",
               "sigmoid": "Sigmoid", "dropout": "Identity"}
     if op in simple:
@@ -154,9 +158,13 @@ def _lower(lw: _Lowering, op: str, a: dict, outs: list[TensorType]) -> tuple[lis
         lw.node("LayerNormalization", ins, ["out0"], axis=a["axis"], epsilon=a["eps"])
     elif op == "gelu":     # Gelu exists from opset 20 (onnxruntime: float32 kernel only)
         lw.node("Gelu", ins, ["out0"])
-        opset = GELU_OPSET
+        opset = max(opset, GELU_OPSET)
     elif op == "reduce_mean":
-        lw.node("ReduceMean", ins, ["out0"], axes=list(a["axes"]), keepdims=int(a["keepdims"]))
+        if opset >= 18:        # axes became an input in opset 18
+            lw.node("ReduceMean", [ins[0], lw.const(a["axes"])], ["out0"],
+                    keepdims=int(a["keepdims"]))
+        else:
+            lw.node("ReduceMean", ins, ["out0"], axes=list(a["axes"]), keepdims=int(a["keepdims"]))
     elif op == "slice":
         lw.node("Slice", [ins[0], lw.const(a["starts"]), lw.const(a["ends"]),
                           lw.const(a["axes"])], ["out0"])
@@ -192,8 +200,8 @@ def _lower(lw: _Lowering, op: str, a: dict, outs: list[TensorType]) -> tuple[lis
 
 def one_node_model(op: str, attrs: Mapping[str, Any] | Iterable[tuple[str, Any]],
                    input_types: Sequence[TensorType], weight_inputs: set[int] | None = None,
-                   seed: int = 0, check: bool = True) -> onnx.ModelProto:
-    """The ONNX model of one `op(inputs) {attrs}` node.
+                   seed: int = 0, check: bool = True, opset: int = OPSET) -> onnx.ModelProto:
+    """The ONNX model of one `op(inputs) {attrs}` node, in `opset` (or the later one the op needs).
 
     Operands in `weight_inputs` become random initializers (batchnorm variances positive), the
     others graph inputs `in{i}`. Attributes are validated and defaults filled as in the IR; the
@@ -210,7 +218,7 @@ def one_node_model(op: str, attrs: Mapping[str, Any] | Iterable[tuple[str, Any]]
         raise ValueError(f"weight_inputs {sorted(weights)} out of range for {len(input_types)} operands")
     positive = {4} if op == "batchnorm" else set()
     lw = _Lowering(input_types, weights, seed, positive)
-    used, opset = _lower(lw, op, dict(norm), outs)
+    used, opset = _lower(lw, op, dict(norm), outs, opset)
     graph_inputs = []
     for i, ty in enumerate(input_types):
         name = lw.operand(i)

@@ -17,6 +17,9 @@ What is timed is what the node costs inside a whole model (checked by `tools/cos
   kernel's wall time includes other processes' turns, which the whole model's CPU time does not;
 - weights of `COLD_WEIGHT_BYTES` or more cold, as `copies` side-by-side instances of the node in
   one model (`replicate`) whose weights overflow the LLC, a `copies`-th of their kernels;
+- in the exporter's opset (`ir.opaque.DEFAULT_OPSET`, 21), not the builder's default 17:
+  onnxruntime 1.31 has a different AveragePool kernel from opset 19 (dilations), 5x slower on
+  squeezenet's 13x13 global pool (491 vs 95 µs), and the whole model is exported in opset 21;
 - fused activations: a conv2d/matmul `act` is timed fused (onnxruntime fuses Conv+Relu,
   MatMul+activation itself), so the IR's fused form is priced as onnxruntime runs it.
 
@@ -287,7 +290,7 @@ class OrtCostModel(MeasuredCostModel):
 
     backend = BACKEND
     launch_us = 4.6        # the per-call floor measured here; what an `opaque` node costs
-    METHOD = "m4"          # measurement method (profiled node kernels, replicas): in the key
+    METHOD = "m5"          # measurement method (profiled node kernels, opset, replicas): in the key
     COLD_WEIGHT_BYTES = 256 << 10
     LLC_BYTES = 32 << 20
     MAX_COPIES = 64
@@ -317,12 +320,15 @@ class OrtCostModel(MeasuredCostModel):
                    weight_inputs: set[int]) -> "tuple[onnx.ModelProto, int]":
         """(the model a measurement runs, how many copies of the node it holds): the one-node
         model, or for cold weights `copies` instances of the node side by side, each with its own
-        weights, all reading the same activations (`replicate`)."""
+        weights, all reading the same activations (`replicate`). In the opset the project's
+        exporter writes (`DEFAULT_OPSET`), so that onnxruntime picks the kernel versions a whole
+        exported model runs: its AveragePool from opset 19 is ~5x slower than before."""
+        from ..ir.opaque import DEFAULT_OPSET
         from .onnx_node import one_node_model
 
         k = self.copies(input_types, weight_inputs)
-        models = [one_node_model(op, attrs, input_types, weight_inputs, seed=i, check=i == 0)
-                  for i in range(k)]
+        models = [one_node_model(op, attrs, input_types, weight_inputs, seed=i, check=i == 0,
+                                 opset=DEFAULT_OPSET) for i in range(k)]
         return (models[0] if k == 1 else replicate(models)), k
 
     @staticmethod
