@@ -27,6 +27,9 @@ class Literals(Interner):
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
         self._decoded: dict[int, Any] = {}
+        # values computed from interned literals (ids never change, so they stay valid for this
+        # interner and every e-graph sharing it): shape constants, compiled rule patterns
+        self.derived: dict[Any, Any] = {}
 
     def _string_id(self, s: str) -> int:
         sid = self._string_ids.get(s)

@@ -157,8 +157,12 @@ def shape_consts(lits: Literals) -> np.ndarray:
     Valid for `lits` (and the e-graphs sharing it) forever, since string ids never change."""
     from ..ir.graph import DTYPES
 
-    names = ("same", "valid", "none", "relu", "sigmoid", "tanh") + tuple(DTYPES)
-    return np.array([lits.rows[lits.literal(s), 2] for s in names], np.int64)
+    got = lits.derived.get("shape_consts")
+    if got is None:
+        names = ("same", "valid", "none", "relu", "sigmoid", "tanh") + tuple(DTYPES)
+        got = lits.derived["shape_consts"] = np.array(
+            [lits.rows[lits.literal(s), 2] for s in names], np.int64)
+    return got
 
 
 # ----------------------------------------------------------------------------------- row helpers

@@ -211,8 +211,8 @@ def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_m
         key, renaming = canonical_key(pattern)
         hit = cache.get((key, prefix))
         if hit is None:
-            prog: Program = compile_pattern(pattern, eg.lookup_literal, prefix)
-            hit = (search(prog, index, since=since), prog.var_names, renaming)
+            prog, renaming_of_prog = _program(eg, pattern, key, renaming, prefix)
+            hit = (search(prog, index, since=since), prog.var_names, renaming_of_prog)
             cache[(key, prefix)] = hit
         rows, names, first = hit          # named after the first pattern with this key
         back = {canon: name for name, canon in renaming.items()}
@@ -231,6 +231,28 @@ def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_m
                            limits.multi_match_limit)
         out[rule.name] = _reorder(rows, names, rule.var_names, len(rule.sources))
     return out
+
+
+def _program(eg: EGraph, pattern, key: object, renaming: dict[str, str],
+             prefix: str) -> tuple[Program, dict[str, str]]:
+    """The compiled pattern and the variable renaming of the pattern it was compiled from, cached
+    with the literal interner: reused while every literal it names is in `eg` in the same class
+    (MCTS runs one rule at a time thousands of times on snapshots of one e-graph)."""
+    cache_key = ("program", key, prefix)
+    got = eg.lits.derived.get(cache_key)
+    if got is not None and all(eg.lookup_literal(v) == c for v, c in got[2]):
+        return got[0], got[1]
+    seen: list[tuple[object, int]] = []
+
+    def literal_class(value: object) -> int:
+        c = eg.lookup_literal(value)
+        seen.append((value, c))
+        return c
+
+    prog = compile_pattern(pattern, literal_class, prefix)
+    if all(c >= 0 for _, c in seen):      # a missing literal: no match now, another later
+        eg.lits.derived[cache_key] = (prog, renaming, seen)
+    return prog, renaming
 
 
 def _reorder(rows: np.ndarray, names: tuple[str, ...], want: tuple[str, ...],
