@@ -120,3 +120,39 @@ def test_tensat_settings_terminate_and_keep_original(model, tensat_rules):
     assert report.stop_reason in ("saturated", "node limit", "iteration limit")
     assert egraph_to_graph(eg, original_choice(eg)) == cse(graph)
     assert not any(eg.is_filtered(n) for n in original_choice(eg) if n >= 0)
+
+
+@pytest.mark.parametrize("model", ["nasrnn", "squeezenet", "tiny_branches"])
+def test_cycle_mask_equals_the_per_pair_search(model):
+    """The root-grouped ancestor marking of `cycle_mask` answers exactly what `would_cycle` (a
+    pruned search from each variable) answers, on random (root, variable) rows of a saturated
+    e-graph, many of them cyclic."""
+    from eqsat_nb.egraph.layout import C_PARENT
+    from eqsat_nb.egraph.unionfind import find
+    from eqsat_nb.search.cycles import cycle_mask, would_cycle
+
+    eg = graph_to_egraph(load(ROOT / "ir_examples" / f"{model}.tir"))
+    saturate(eg, load_rules(ROOT / "rules"), Limits(node_limit=3000, iter_limit=3))
+    cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+    height = heights(cstart, cnodes, eg.nodes, eg.children, eg.classes, np.full(8, -1, np.int64))
+    parent = eg.classes[C_PARENT]
+    live = np.flatnonzero(np.diff(cstart) > 0)
+    rng = np.random.default_rng(1)
+    n = cstart.size - 1
+    mark, stack, stamp = np.zeros(n, np.int64), np.empty(n + 1, np.int64), 0
+    for n_roots, n_vars in [(1, 2), (2, 3)]:
+        rows = rng.choice(live, size=(600, n_roots + n_vars)).astype(np.int32)
+        rows[:20, n_roots] = rows[:20, 0]
+        var_cols = np.arange(n_roots, n_roots + n_vars, dtype=np.int64)
+        got = cycle_mask(rows, n_roots, var_cols, height, cstart, cnodes, eg.nodes, eg.children,
+                         eg.classes)
+        want = np.ones(len(rows), bool)
+        for i, row in enumerate(rows):
+            for r in range(n_roots):
+                for v in var_cols:
+                    stamp += 1
+                    want[i] &= not would_cycle(find(parent, row[r]), find(parent, row[v]),
+                                               height, cstart, cnodes, eg.nodes, eg.children,
+                                               eg.classes, mark, stamp, stack)
+        assert 20 <= np.sum(~want) < len(rows)
+        np.testing.assert_array_equal(got, want)

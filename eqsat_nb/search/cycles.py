@@ -123,27 +123,98 @@ def would_cycle(root: int, var: int, height: np.ndarray, cstart: np.ndarray, cno
 
 
 @njit(cache=True)
+def _parent_classes(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray,
+                    children: np.ndarray, classes: np.ndarray):
+    """(pstart, pcls): pcls[pstart[c]:pstart[c + 1]] are the classes whose unfiltered indexed
+    nodes point to class c (the edges `would_cycle` walks, reversed)."""
+    parent = classes[C_PARENT]
+    n = cstart.size - 1
+    pstart = np.zeros(n + 1, np.int64)
+    for c in range(n):
+        for p in range(cstart[c], cstart[c + 1]):
+            node = cnodes[p]
+            if nodes[N_FLAGS, node] & F_FILTERED:
+                continue
+            for k in range(nodes[N_NCH, node]):
+                pstart[find(parent, children[node, k]) + 1] += 1
+    for c in range(n):
+        pstart[c + 1] += pstart[c]
+    pcls = np.empty(pstart[n], np.int64)
+    fill = pstart[:n].copy()
+    for c in range(n):
+        for p in range(cstart[c], cstart[c + 1]):
+            node = cnodes[p]
+            if nodes[N_FLAGS, node] & F_FILTERED:
+                continue
+            for k in range(nodes[N_NCH, node]):
+                kid = find(parent, children[node, k])
+                pcls[fill[kid]] = c
+                fill[kid] += 1
+    return pstart, pcls
+
+
+@njit(cache=True)
 def cycle_mask(matches: np.ndarray, n_roots: int, var_cols: np.ndarray, height: np.ndarray,
                cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
                classes: np.ndarray) -> np.ndarray:
     """keep[m] is False when applying match m would merge a class its targets read into one of
-    its roots' ancestors-or-self (a cycle)."""
+    its roots' ancestors-or-self (a cycle).
+
+    A variable no higher than the root cannot reach it (the common case: it sits below the
+    root). Otherwise the root's ancestors are marked once, walking the reversed edges, and
+    shared by every match with that root (a multi-pattern join pairs each root with thousands
+    of unrelated variables); `would_cycle` is the per-pair search this replaces."""
     parent = classes[C_PARENT]
     n = cstart.size - 1
+    m = matches.shape[0]
+    keep = np.ones(m, np.bool_)
     mark = np.zeros(n, np.int64)
     stack = np.empty(n + 1, np.int64)
-    keep = np.ones(matches.shape[0], np.bool_)
+    pstart = np.zeros(0, np.int64)
+    pcls = np.zeros(0, np.int64)
+    have_parents = False
     stamp = 0
-    for m in range(matches.shape[0]):
-        for r in range(n_roots):
-            root = find(parent, matches[m, r])
+    roots = np.empty(m, np.int64)
+    for r in range(n_roots):
+        for i in range(m):
+            roots[i] = find(parent, matches[i, r])
+        order = np.argsort(roots, kind="mergesort")
+        current = -1
+        marked = False
+        for j in range(m):
+            i = order[j]
+            if not keep[i]:
+                continue
+            root = roots[i]
+            if root != current:
+                current = root
+                marked = False
             for v in var_cols:
-                stamp += 1
-                if would_cycle(root, find(parent, matches[m, v]), height, cstart, cnodes, nodes,
-                               children, classes, mark, stamp, stack):
-                    keep[m] = False
+                var = find(parent, matches[i, v])
+                if var == root:
+                    keep[i] = False
                     break
-            if not keep[m]:
-                break
+                if height[var] <= height[root]:
+                    continue
+                if not marked:
+                    if not have_parents:
+                        pstart, pcls = _parent_classes(cstart, cnodes, nodes, children, classes)
+                        have_parents = True
+                    stamp += 1
+                    mark[root] = stamp
+                    sp = 0
+                    stack[0] = root
+                    while sp >= 0:
+                        c = stack[sp]
+                        sp -= 1
+                        for q in range(pstart[c], pstart[c + 1]):
+                            pc = pcls[q]
+                            if mark[pc] != stamp:
+                                mark[pc] = stamp
+                                sp += 1
+                                stack[sp] = pc
+                    marked = True
+                if mark[var] == stamp:
+                    keep[i] = False
+                    break
     return keep
-
