@@ -31,12 +31,13 @@ from .problem import ExtractionProblem
 EPS = 1e-9
 
 
-def _groups(problem: ExtractionProblem) -> list[np.ndarray]:
+def _groups(problem: ExtractionProblem) -> tuple[np.ndarray, np.ndarray]:
     """Per shared child class: one candidate node per class that has a candidate using it (the
-    cheapest), kept when at least two classes take part."""
+    cheapest), kept when at least two classes take part. CSR: group g is
+    nodes[start[g]:start[g + 1]]."""
     n = problem.n_nodes
     if n == 0:
-        return []
+        return np.zeros(1, np.int64), np.zeros(0, np.int64)
     deg = np.diff(problem.child_start).astype(np.int64)
     owner = np.repeat(np.arange(n, dtype=np.int64), deg)          # node of each child slot
     kid = problem.child_class.astype(np.int64)
@@ -47,10 +48,17 @@ def _groups(problem: ExtractionProblem) -> list[np.ndarray]:
     kid, cls, owner = kid[order], cls[order], owner[order]
     first = np.ones(kid.size, bool)
     first[1:] = (kid[1:] != kid[:-1]) | (cls[1:] != cls[:-1])
-    kid, cls, owner = kid[first], cls[first], owner[first]
+    kid, owner = kid[first], owner[first]
     starts = np.flatnonzero(np.r_[True, kid[1:] != kid[:-1]])
     ends = np.r_[starts[1:], kid.size]
-    return [owner[s:e] for s, e in zip(starts, ends) if e - s >= 2]
+    big = ends - starts >= 2
+    starts, ends = starts[big], ends[big]
+    sizes = ends - starts
+    start = np.zeros(sizes.size + 1, np.int64)
+    np.cumsum(sizes, out=start[1:])
+    # the slots of every kept run, in order: run r covers owner[starts[r]:ends[r]]
+    idx = np.repeat(starts - start[:-1], sizes) + np.arange(start[-1])
+    return start, owner[idx]
 
 
 def joint_switch(problem: ExtractionProblem, choice: np.ndarray, max_rounds: int = 100
@@ -64,10 +72,7 @@ def joint_switch(problem: ExtractionProblem, choice: np.ndarray, max_rounds: int
     fill, tree = tree_costs(problem.node_class, problem.node_cost, problem.child_start,
                             problem.child_class, C)
     cur = np.where(choice >= 0, choice, fill).astype(np.int64)
-    groups = _groups(problem)
-    g_start = np.zeros(len(groups) + 1, np.int64)
-    g_start[1:] = np.cumsum([len(g) for g in groups])
-    g_nodes = np.concatenate(groups).astype(np.int64) if groups else np.zeros(0, np.int64)
+    g_start, g_nodes = _groups(problem)
     best, reach = _switch(problem.node_class, problem.node_cost, problem.child_start,
                           problem.child_class, problem.roots, problem.class_start,
                           problem.class_nodes, C, cur, tree <= 0.0, g_start, g_nodes,
