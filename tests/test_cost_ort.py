@@ -276,11 +276,11 @@ def test_replicate_runs_every_copy_on_the_same_inputs():
     models = [one_node_model("matmul", {"act": "relu"}, types, {1}, seed=i) for i in range(3)]
     rep = replicate(models)
     onnx.checker.check_model(rep, full_check=True)
-    assert [i.name for i in rep.graph.input] == ["in0"] and len(rep.graph.output) == 3
+    assert [i.name for i in rep.graph.input] == ["in0"] and len(rep.graph.output) == 1
     feed = random_inputs(models[0], seed=4)
-    got = run_model(rep, feed)
+    (got,) = run_model(rep, feed)           # the copies' outputs, joined on axis 0
     for k, m in enumerate(models):
-        np.testing.assert_allclose(got[k], run_model(m, feed)[0], rtol=1e-6)
+        np.testing.assert_allclose(got[2 * k:2 * k + 2], run_model(m, feed)[0], rtol=1e-6)
 
 
 def test_cold_weights_are_timed_as_side_by_side_copies():
@@ -288,7 +288,7 @@ def test_cold_weights_are_timed_as_side_by_side_copies():
     m._floor = (5.0, 0.25)
     model, k = m.node_model("matmul", {"act": "none"}, [T((1, 512)), T((512, 512))], {1})
     assert k == m.copies([T((1, 512)), T((512, 512))], {1}) > 1
-    assert len(model.graph.node) == k and len(model.graph.initializer) == k
+    assert len(model.graph.node) == k + 1 and len(model.graph.initializer) == k   # + the join
     assert m.per_node(10.0 * k, k) == pytest.approx(10.0)
     assert m.per_node(42.0, 1) == 42.0
 

@@ -14,9 +14,10 @@ machine's 2 vCPUs are shared; timings taken minutes apart differ by tens of perc
 - sum of ops: for every distinct signature of `graph_signatures(graph)`, the one-node models the
   `ort` backend measures (`OrtCostModel.node_model`, cold-weight replicas included), timed as the
   backend does (`KernelTimer`: the node's profiled kernels, boundary NCHWc reorders and
-  descheduled time left out) and priced with `OrtCostModel.net_cost`, or by its `rule_cost`; the
-  session floor and per-node dispatch come from the backend's chain models (`CpuTimer`), timed in
-  the same rounds. Predicted latency = sum + one floor.
+  descheduled time and the profiler's own time per kernel left out) and priced with
+  `OrtCostModel.net_cost`, or by its `rule_cost`; the session floor, per-node dispatch and the
+  profiler's time per kernel come from the backend's chain models, timed in the same rounds.
+  Predicted latency = sum + one floor.
 
 Each round runs the whole model once and every one-node configuration and chain once; medians
 over the rounds after the warm-up rounds. Prints a Markdown table: model, ops, sum of ops (ms),
@@ -42,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 from eqsat_nb.cost.model import OpSignature, graph_signatures  # noqa: E402
 from eqsat_nb.cost.onnx_node import random_inputs  # noqa: E402
-from eqsat_nb.cost.ort import CpuTimer, KernelTimer, OrtCostModel, _chain_model  # noqa: E402
+from eqsat_nb.cost.ort import (CHAIN_EVENTS, CpuTimer, KernelTimer, OrtCostModel,  # noqa: E402
+                                _chain_model)
 from eqsat_nb.ir.parse import load  # noqa: E402
 
 MODELS = ("nasrnn", "bert", "resnext50", "nasneta", "squeezenet", "vgg19", "inceptionv3",
@@ -85,6 +87,7 @@ def measure_model(name: str, budget_s: float, max_rounds: int, warm_rounds: int 
             model, k = cm.node_model(sig.op, attrs, sig.inputs, set(sig.const_inputs))
             measured[key] = (KernelTimer(model), k)
     chains = [CpuTimer([_chain_model(n)]) for n in (1, 33)]
+    events = KernelTimer(_chain_model(CHAIN_EVENTS))      # calibrates the profiler's own time
     with tempfile.TemporaryDirectory(prefix="eqsat-nb-e2e-") as tmp:
         e2e = whole_model_timer(to_onnx(graph), tmp)
         t0 = time.perf_counter()
@@ -95,11 +98,15 @@ def measure_model(name: str, budget_s: float, max_rounds: int, warm_rounds: int 
                 timer.run(BURST)
             for c in chains:
                 c.run(BURST)
+            events.run(BURST)
             rounds += 1
             spent = time.perf_counter() - t0
             if rounds >= warm_rounds + 3 and (rounds >= warm_rounds + max_rounds
                                               or spent > budget_s):
                 break
+    event_us = events.median(warm_rounds) / CHAIN_EVENTS
+    for t, _ in measured.values():
+        t.event_us = event_us
     run_us = {key: t.median(warm_rounds) for key, (t, _) in measured.items()}
     t1, t33 = (c.median(warm_rounds) for c in chains)
     node = max((t33 - t1) / 32, 0.0)
@@ -116,7 +123,7 @@ def measure_model(name: str, budget_s: float, max_rounds: int, warm_rounds: int 
     e2e_us = e2e.median(warm_rounds)
     log(f"{name}: {sum(sigs.values())} ops ({len(measured)} timed configurations), "
         f"{rounds - warm_rounds} rounds in {time.perf_counter() - t0:.0f} s; floor {floor:.1f} "
-        f"us, node {node:.2f} us; by op (ms): "
+        f"us, node {node:.2f} us, profiler event {event_us:.2f} us; by op (ms): "
         + ", ".join(f"{op} {us / 1000:.3f}" for op, us in by_op.most_common(6)))
     return {"name": name, "ops": sum(sigs.values()), "sum_us": total, "e2e_us": e2e_us,
             "gap": 100.0 * (total - e2e_us) / e2e_us, "rounds": rounds - warm_rounds}

@@ -128,9 +128,12 @@ class CpuTimer:
 
 class KernelTimer:
     """The node's own kernel time in a one-node model, from onnxruntime's profiler: per recorded
-    run, the durations of its kernels other than `BOUNDARY_KERNELS`, less the time the run was
-    descheduled (its wall `model_run` beyond the thread CPU time of `sess.run`, so that a long
-    kernel that shared the CPU is not overpriced).
+    run, the durations of its kernels other than `BOUNDARY_KERNELS` (and `JOIN_NODE`), less the
+    time the run was descheduled (its wall `model_run` beyond the thread CPU time of `sess.run`,
+    so that a long kernel that shared the CPU is not overpriced), and less `event_us` per kernel:
+    the profiler's own work inside each kernel event (recording shapes and sizes), ~4 µs here,
+    which made the profiled kernels of a chain of 33 one-element Adds 4.6x its unprofiled run and
+    nasrnn's 150 small ops ~15 % too dear (`OrtCostModel.event_us`, measured per device).
 
     Why kernels and not the CPU time of the whole `sess.run` less the boundary reorders (method
     m3): what `sess.run` adds beyond the kernels of a one-node model (copying the graph output out,
@@ -141,9 +144,10 @@ class KernelTimer:
     % (`tools/cost_accuracy.py`)."""
 
     def __init__(self, model: "onnx.ModelProto", threads: int = 1,
-                 feed: "Mapping[str, Any] | None" = None) -> None:
+                 feed: "Mapping[str, Any] | None" = None, event_us: float = 0.0) -> None:
         from .onnx_node import random_inputs
 
+        self.event_us = event_us            # the profiler's own time inside each kernel event
         self._dir = tempfile.TemporaryDirectory(prefix="eqsat-nb-prof-")
         self.session = _session(model, threads, os.path.join(self._dir.name, "p"))
         self.feed = dict(feed) if feed is not None else random_inputs(model)
@@ -177,10 +181,11 @@ class KernelTimer:
             per_run = [0.0] * len(runs)
             for e in events:
                 if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time") and \
-                        e.get("args", {}).get("op_name") not in BOUNDARY_KERNELS:
+                        e.get("args", {}).get("op_name") not in BOUNDARY_KERNELS and \
+                        e["name"] != JOIN_NODE + "_kernel_time":
                     i = bisect.bisect_right(starts, e["ts"]) - 1
                     if i >= 0 and e["ts"] <= runs[i][1]:
-                        per_run[i] += e["dur"]
+                        per_run[i] += max(e["dur"] - self.event_us, 0.0)
             self._kernels = []
             for i, cpu in zip(self._recorded, self.times):
                 if i < len(runs):
@@ -195,13 +200,17 @@ class KernelTimer:
 
 
 def time_node(model: "onnx.ModelProto", repeats: int = 50, warmups: int = 10,
-              threads: int = 1) -> float:
+              threads: int = 1, event_us: float = 0.0) -> float:
     """Median µs of the node kernels of a one-node `model` (`KernelTimer`)."""
-    timer = KernelTimer(model, threads)
+    timer = KernelTimer(model, threads, event_us=event_us)
     skip = max(1, warmups)
     for _ in range(skip + repeats):
         timer.run()
     return timer.median(skip)
+
+
+#: The node `replicate` adds to join the copies' outputs; not part of what is priced.
+JOIN_NODE = "eqsat_nb_join"
 
 
 def replicate(models: "Sequence[onnx.ModelProto]") -> "onnx.ModelProto":
@@ -209,12 +218,17 @@ def replicate(models: "Sequence[onnx.ModelProto]") -> "onnx.ModelProto":
     weights) side by side on the same graph inputs: their nodes, initializers and outputs renamed
     apart. One run reads every copy's weights once, like a whole model whose weights exceed the
     last-level cache, with one session's overhead (rotating over separate sessions made the
-    sessions' own state cold as well and measured up to 3x what the node costs in a model)."""
+    sessions' own state cold as well and measured up to 3x what the node costs in a model).
+
+    The copies' first outputs are joined by one Concat (`JOIN_NODE`, axis 0, its kernel not
+    counted), so they are intermediates from the session's planned buffers as in a whole model,
+    not graph outputs allocated per run (which cost nasrnn's 55 µs GEMVs ~8 % more)."""
     from onnx import helper
 
     first = models[0]
     shared = {i.name for i in first.graph.input}
-    nodes, inits, outputs = [], [], []
+    nodes, inits, outputs, joined = [], [], [], []
+    join = len(first.graph.output[0].type.tensor_type.shape.dim) > 0
     for k, m in enumerate(models):
         def ren(x: str) -> str:
             return x if (not x or x in shared) else f"{x}_r{k}"
@@ -228,11 +242,20 @@ def replicate(models: "Sequence[onnx.ModelProto]") -> "onnx.ModelProto":
             t2.CopyFrom(t)
             t2.name = ren(t.name)
             inits.append(t2)
-        for o in m.graph.output:
+        for j, o in enumerate(m.graph.output):
+            if join and j == 0:
+                joined.append(ren(o.name))
+                continue
             o2 = type(o)()
             o2.CopyFrom(o)
             o2.name = ren(o.name)
             outputs.append(o2)
+    if join:
+        nodes.append(helper.make_node("Concat", joined, [JOIN_NODE], axis=0, name=JOIN_NODE))
+        t = first.graph.output[0].type.tensor_type
+        dims = [d.dim_value for d in t.shape.dim]
+        outputs.insert(0, helper.make_tensor_value_info(
+            JOIN_NODE, t.elem_type, [dims[0] * len(models)] + dims[1:]))
     g = helper.make_graph(nodes, first.graph.name + "_x" + str(len(models)),
                           list(first.graph.input), outputs, initializer=inits)
     return helper.make_model(g, opset_imports=list(first.opset_import),
@@ -251,6 +274,14 @@ def _chain_model(length: int) -> "onnx.ModelProto":
     from .onnx_node import IR_VERSION, OPSET
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
                              ir_version=IR_VERSION)
+
+
+CHAIN_EVENTS = 33       # kernels of the chain that calibrates `OrtCostModel.event_us`
+
+
+def chain_event_us(repeats: int = 50, warmups: int = 10, threads: int = 1) -> float:
+    """Median profiled µs per kernel of a chain of `CHAIN_EVENTS` one-element Adds."""
+    return time_node(_chain_model(CHAIN_EVENTS), repeats, warmups, threads) / CHAIN_EVENTS
 
 
 def optimized_op_types(model: onnx.ModelProto) -> list[str]:
@@ -290,7 +321,8 @@ class OrtCostModel(MeasuredCostModel):
 
     backend = BACKEND
     launch_us = 4.6        # the per-call floor measured here; what an `opaque` node costs
-    METHOD = "m5"          # measurement method (profiled node kernels, opset, replicas): in the key
+    METHOD = "m7"          # measurement method (profiled kernels less profiler time, opset,
+    #                        joined replicas): part of the cache key
     COLD_WEIGHT_BYTES = 256 << 10
     LLC_BYTES = 32 << 20
     MAX_COPIES = 64
@@ -306,6 +338,7 @@ class OrtCostModel(MeasuredCostModel):
         self.device = (device_fingerprint() + ("" if threads == 1 else f"|{threads} threads")
                        + f"|{self.METHOD}")
         self._floor: tuple[float, float] | None = None
+        self._event_us: float | None = None
 
     def copies(self, input_types: Sequence[TensorType], weight_inputs: set[int]) -> int:
         """How many weight copies a cold-weight measurement rotates over (1: warm is right)."""
@@ -339,7 +372,8 @@ class OrtCostModel(MeasuredCostModel):
     def _time(self, op: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
               weight_inputs: set[int]) -> float:
         model, k = self.node_model(op, attrs, input_types, weight_inputs)
-        return self.per_node(time_node(model, self.repeats, self.warmups, self.threads), k)
+        return self.per_node(time_node(model, self.repeats, self.warmups, self.threads,
+                                       self._event_locked()), k)
 
     def _overheads(self) -> tuple[float, float]:
         """(floor_us, node_us), measured once per device and cached."""
@@ -359,6 +393,28 @@ class OrtCostModel(MeasuredCostModel):
                         self.cache.put_many([(keys[0], got), (keys[1], node)])
             self._floor = (got, node)
         return self._floor
+
+    @property
+    def event_us(self) -> float:
+        """The profiler's own µs inside one kernel event (`KernelTimer`): the median profiled
+        kernel of a chain of 33 one-element Adds (whose own work is a fraction of a µs), measured
+        once per device and cached."""
+        if self._event_us is None:
+            with profiling_lock(self._lock_path()):
+                self._event_locked()
+        return self._event_locked()
+
+    def _event_locked(self) -> float:
+        """`event_us` for a caller holding the profiling lock (`_time`: flock is not re-entrant)."""
+        if self._event_us is None:
+            key = (self.backend, self.device, "__overhead__", {"what": "profiler event"}, [])
+            got = self.cache.get(*key) if self.cache is not None else None
+            if got is None:
+                got = chain_event_us(max(self.repeats, 50), self.warmups, self.threads)
+                if self.cache is not None:
+                    self.cache.put(*key, got)
+            self._event_us = got
+        return self._event_us
 
     @property
     def floor_us(self) -> float:
