@@ -246,7 +246,7 @@ def probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) ->
     mask = table.size - 1
     slot = int(node_hash(nodes, children, n)) & mask
     while table[slot] != EMPTY:
-        if table[slot] == n:
+        if table[slot] & 0xFFFFFFFF == n:         # an entry is (key hash << 32) | node id
             return True
         slot = (slot + 1) & mask
     return False
@@ -265,7 +265,7 @@ def test_backward_shift_deletion(keys, rng, size):
     for n, (op, payload, kids) in enumerate(keys):
         nodes[N_OP, n], nodes[N_PAYLOAD, n], nodes[N_NCH, n] = op, payload, len(kids)
         children[n, : len(kids)] = kids
-    table = np.full(size, EMPTY, np.int32)
+    table = np.full(size, EMPTY, np.int64)
     for n in range(len(keys)):
         assert lookup_or_insert(table, nodes, children, n) == -1
     for n in range(len(keys)):
@@ -277,7 +277,7 @@ def test_backward_shift_deletion(keys, rng, size):
         assert remove(table, nodes, children, n)
         assert not remove(table, nodes, children, n)
         alive.discard(n)
-        assert set(table[table != EMPTY].tolist()) == alive
+        assert set((table[table != EMPTY] & 0xFFFFFFFF).tolist()) == alive
         for m in alive:
             assert probe(table, nodes, children, m), f"key {keys[m]} lost after deleting {n}"
 

@@ -51,7 +51,7 @@ class EGraph:
         self.children = np.full((cap, MAXA), EMPTY, np.int32)
         self.classes = np.zeros((CLASS_COLS, cap), np.int32)
         self.uses = np.zeros((2, cap * 2), np.int32)
-        self.table = np.full(_pow2(2 * cap), EMPTY, np.int32)
+        self.table = np.full(_pow2(2 * cap), EMPTY, np.int64)   # see hashcons.LOW32
         self.pending = np.zeros(2 * cap + 16, np.int32)
         self.meta = np.zeros(META_SIZE, np.int64)
         self.roots: list[int] = []
@@ -104,8 +104,8 @@ class EGraph:
             self.uses = _grow(self.uses, ucap, int(self.meta[M_USES]))
         live = need - int(self.meta[M_DEAD])      # the table holds live nodes only
         if 2 * live > self.table.size:            # load factor stays <= 1/2
-            self.table = np.full(_pow2(2 * live), EMPTY, np.int32)
-            rehash(self.table, self.nodes, self.children, self.num_nodes)
+            old, self.table = self.table, np.full(_pow2(2 * live), EMPTY, np.int64)
+            rehash(self.table, old)
 
     # ------------------------------------------------------------------ adding
     def type_id(self, ty: TensorType | None) -> int:
@@ -184,8 +184,8 @@ class EGraph:
         live = self.num_nodes - int(self.meta[M_DEAD])
         size = _pow2(2 * max(live, 512))
         if 8 * size <= self.table.size:
-            self.table = np.full(size, EMPTY, np.int32)
-            rehash(self.table, self.nodes, self.children, self.num_nodes)
+            old, self.table = self.table, np.full(size, EMPTY, np.int64)
+            rehash(self.table, old)
 
     def compact(self) -> np.ndarray:
         """Drop the dead nodes and renumber (see compact.py); returns, for every old id, the new
@@ -196,7 +196,7 @@ class EGraph:
             raise EGraphError("compact() needs a rebuilt e-graph (unions are pending)")
         live = self.num_nodes - int(self.meta[M_DEAD])
         classes = np.zeros_like(self.classes)
-        self.table = np.full(_pow2(2 * max(live, 512)), EMPTY, np.int32)
+        self.table = np.full(_pow2(2 * max(live, 512)), EMPTY, np.int64)
         new_class_of = compact(self.nodes, self.children, self.classes, classes, self.uses,
                                self.table, self.meta)
         old_parent, self.classes = self.classes[C_PARENT], classes
