@@ -73,29 +73,38 @@ def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int
 
 
 @njit(cache=True)
-def same_key(nodes: np.ndarray, children: np.ndarray, a: int, b: int) -> bool:
-    # the whole children row first: one cache line, and it rejects most wrong probes; unused
-    # columns are EMPTY, so equal rows also mean equal child counts
-    for k in range(MAXA):
-        if children[a, k] != children[b, k]:
-            return False
-    return nodes[N_OP, a] == nodes[N_OP, b] and nodes[N_PAYLOAD, a] == nodes[N_PAYLOAD, b]
+def _probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, payload: int,
+           n: int, h: np.int64) -> tuple[int, int]:
+    """Look up the key (op, payload, children row n) whose hash's low 32 bits are h: returns
+    (stored node with that key or -1, the slot where the probe stopped: that node's, or the empty
+    one where the key belongs). Row n is compared whole (one cache line, unused columns EMPTY)
+    and only for entries whose hash agrees."""
+    mask = table.size - 1
+    slot = h & mask
+    while True:
+        e = table[slot]
+        if e == EMPTY:
+            return -1, slot
+        if _entry_hash(e) == h:
+            m = entry_node(e)
+            same = nodes[N_OP, m] == op and nodes[N_PAYLOAD, m] == payload
+            for k in range(MAXA):
+                if not same:
+                    break
+                same = children[m, k] == children[n, k]
+            if same:
+                return m, slot
+        slot = (slot + 1) & mask
 
 
 @njit(cache=True)
 def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> int:
     """The node with n's key if one is stored; otherwise store n and return -1."""
-    mask = table.size - 1
     h = np.int64(node_hash(nodes, children, n) & np.uint64(LOW32))
-    slot = h & mask
-    while True:
-        e = table[slot]
-        if e == EMPTY:
-            table[slot] = (h << 32) | n
-            return -1
-        if _entry_hash(e) == h and same_key(nodes, children, entry_node(e), n):
-            return entry_node(e)
-        slot = (slot + 1) & mask
+    m, slot = _probe(table, nodes, children, nodes[N_OP, n], nodes[N_PAYLOAD, n], n, h)
+    if m < 0:
+        table[slot] = (h << 32) | n
+    return m
 
 
 @njit(cache=True)
@@ -146,16 +155,12 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
     -1 on a type conflict (meta[M_ERR]). Capacity is the caller's job."""
     parent = classes[C_PARENT]
     n = meta[M_NODES]
-    nodes[N_OP, n] = op
-    nodes[N_PAYLOAD, n] = payload
-    nodes[N_NCH, n] = nch
-    nodes[N_FLAGS, n] = 0
-    nodes[N_EPOCH, n] = meta[M_EPOCH]
-    for k in range(nch):
+    for k in range(nch):                  # n's children row holds the key while it is looked up
         children[n, k] = find(parent, kids[k])
     for k in range(nch, MAXA):
         children[n, k] = EMPTY
-    m = lookup_or_insert(table, nodes, children, n)
+    h = np.int64(key_hash(op, payload, children[n], nch) & np.uint64(LOW32))
+    m, slot = _probe(table, nodes, children, op, payload, n, h)   # the rest of n's row waits
     if m >= 0:
         c = find(parent, nodes[N_CLS, m])
         if tid != T_UNKNOWN and classes[C_TYPE, c] != tid:
@@ -175,6 +180,12 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
             break
     if op_kind[op] == K_INPUT:
         const = False
+    table[slot] = (h << 32) | n
+    nodes[N_OP, n] = op
+    nodes[N_PAYLOAD, n] = payload
+    nodes[N_NCH, n] = nch
+    nodes[N_FLAGS, n] = 0
+    nodes[N_EPOCH, n] = meta[M_EPOCH]
     nodes[N_CLS, n] = n
     nodes[N_NEXT, n] = EMPTY
     classes[C_PARENT, n] = n
