@@ -87,7 +87,11 @@ def check_invariants(eg: EGraph) -> None:
     # (a) hash-cons table: every live node is found by probing from its hash; nothing else is there
     mask = table.size - 1
     assert table.size & mask == 0, "table size is not a power of two"
-    stored = table[table != EMPTY]
+    occupied = table[table != EMPTY]
+    stored = occupied & 0xFFFFFFFF                  # an entry is (key hash << 32) | node id
+    for e, n in zip(occupied.tolist(), stored.tolist()):
+        assert (e >> 32) & 0xFFFFFFFF == int(node_hash(nodes, children, n)) & 0xFFFFFFFF, (
+            f"node {n}: the table entry's hash is not its key's")
     assert len(set(stored.tolist())) == stored.size, "a node is in the table twice"
     assert set(stored.tolist()) == set(live), (
         f"table holds {sorted(set(stored.tolist()) ^ set(live))[:10]}... "
@@ -95,9 +99,9 @@ def check_invariants(eg: EGraph) -> None:
     for n in live:
         slot = int(node_hash(nodes, children, n)) & mask
         for _ in range(table.size):
-            m = int(table[slot])
-            assert m != EMPTY, f"live node {n} ({eg.op_name(n)}) is not findable in the table"
-            if m == n:
+            e = int(table[slot])
+            assert e != EMPTY, f"live node {n} ({eg.op_name(n)}) is not findable in the table"
+            if e & 0xFFFFFFFF == n:
                 break
             slot = (slot + 1) & mask
         else:

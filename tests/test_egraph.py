@@ -63,6 +63,7 @@ STEP = st.one_of(
     st.tuples(st.just("union"), IDX, IDX),
     st.tuples(st.just("unions"), st.lists(st.tuples(IDX, IDX), max_size=4)),
     st.tuples(st.just("rebuild")),
+    st.tuples(st.just("compact")),
 )
 
 
@@ -130,6 +131,20 @@ class Twin:
             self.union_many([(i % n, j % n) for i, j in step[1]])
         elif kind == "rebuild":
             self.rebuild_and_check()
+        elif kind == "compact":
+            self.compact_and_check()
+
+    def compact_and_check(self) -> None:
+        """Rebuild, drop the dead nodes, renumber the classes `added` holds, and check again:
+        the compacted e-graph must be the same e-graph (and keep working, as later steps use
+        it)."""
+        self.eg.rebuild()
+        before = (self.eg.num_classes, self.eg.num_unions,
+                  len(self.eg.live_nodes()))
+        new_class_of = self.eg.compact()
+        assert (self.eg.num_classes, self.eg.num_unions, self.eg.num_nodes) == before
+        self.added = [(int(new_class_of[a]), b) for a, b in self.added]
+        self.rebuild_and_check()
 
 
 def partition(labels: list[int]) -> list[int]:
@@ -231,7 +246,7 @@ def probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) ->
     mask = table.size - 1
     slot = int(node_hash(nodes, children, n)) & mask
     while table[slot] != EMPTY:
-        if table[slot] == n:
+        if table[slot] & 0xFFFFFFFF == n:         # an entry is (key hash << 32) | node id
             return True
         slot = (slot + 1) & mask
     return False
@@ -250,7 +265,7 @@ def test_backward_shift_deletion(keys, rng, size):
     for n, (op, payload, kids) in enumerate(keys):
         nodes[N_OP, n], nodes[N_PAYLOAD, n], nodes[N_NCH, n] = op, payload, len(kids)
         children[n, : len(kids)] = kids
-    table = np.full(size, EMPTY, np.int32)
+    table = np.full(size, EMPTY, np.int64)
     for n in range(len(keys)):
         assert lookup_or_insert(table, nodes, children, n) == -1
     for n in range(len(keys)):
@@ -262,7 +277,7 @@ def test_backward_shift_deletion(keys, rng, size):
         assert remove(table, nodes, children, n)
         assert not remove(table, nodes, children, n)
         alive.discard(n)
-        assert set(table[table != EMPTY].tolist()) == alive
+        assert set((table[table != EMPTY] & 0xFFFFFFFF).tolist()) == alive
         for m in alive:
             assert probe(table, nodes, children, m), f"key {keys[m]} lost after deleting {n}"
 
@@ -758,6 +773,37 @@ def test_roundtrip_of_hand_built_graphs_is_exact():
         assert cse(g) == g
         eg = graph_to_egraph(g)
         assert egraph_to_graph(eg, original_choice(eg)) == g, g.name
+
+
+def test_compact_keeps_roots_inputs_and_names_and_leaves_snapshots_alone():
+    """Dead nodes beside a real graph: after compaction the original graph still comes back
+    (roots, inputs and SSA names renumbered), a snapshot taken before still reads its own ids,
+    and only live nodes remain."""
+    for g in hand_built_graphs():
+        eg = graph_to_egraph(g)
+        extra = [eg.add("input", [eg.add_literal(f"extra{i}"), eg.add_literal((3, 3)),
+                                  eg.add_literal("f32")]) for i in range(2)]
+        for x in extra:
+            eg.add("relu", [x])
+        eg.union(*extra)
+        eg.rebuild()
+        assert eg.num_nodes > len(eg.live_nodes())
+        before = eg.snapshot()
+        new_class_of = eg.compact()
+        assert eg.num_nodes == len(eg.live_nodes()) == len(before.live_nodes())
+        check_invariants(eg)
+        assert egraph_to_graph(eg, original_choice(eg)) == g, g.name
+        assert egraph_to_graph(before, original_choice(before)) == g, g.name
+        assert eg.roots == [int(new_class_of[r]) for r in before.roots]
+        assert eg.find(int(new_class_of[extra[0]])) == eg.find(int(new_class_of[extra[1]]))
+
+
+def test_compact_needs_a_rebuilt_egraph():
+    eg = EGraph()
+    a, b = eg.add_literal(1), eg.add_literal(2)
+    eg.union(a, b)
+    with pytest.raises(EGraphError, match="rebuilt"):
+        eg.compact()
 
 
 def test_roundtrip_merges_repeated_computations():

@@ -21,5 +21,6 @@ def warm_up() -> None:
     eg.union(*leaves)
     eg.rebuild()
     eg.reserve(64)                      # table rehash path
+    eg.compact()                        # drops the relu made dead by the union
     eg.snapshot().fingerprint()
     eg.canonical(eg.class_ids())

@@ -1,5 +1,6 @@
 """The hash-cons: an open-addressing (linear probing) table of node ids keyed by the node's
-(op, payload, children) columns, with backward-shift deletion (no tombstones), and `add_nodes`,
+(op, payload, children) columns, with backward-shift deletion (no tombstones); each entry carries
+its key's hash (see LOW32); and `add_nodes`,
 which looks a node up and creates it (with a new class) only when absent."""
 from __future__ import annotations
 
@@ -30,17 +31,37 @@ def node_hash(nodes: np.ndarray, children: np.ndarray, n: int) -> np.uint64:
     return key_hash(nodes[N_OP, n], nodes[N_PAYLOAD, n], children[n], nodes[N_NCH, n])
 
 
+# A table entry packs a node id (low 32 bits) with the low 32 bits of its key hash (high 32 bits):
+# probing compares hashes first and reads a node's columns only when they agree, and moving or
+# re-inserting an entry (deletion, growth) never reads the node. EMPTY (-1) is no valid entry,
+# as node ids are below 2**31.
+LOW32 = 0xFFFFFFFF
+
+
+@njit(cache=True)
+def _entry_hash(e: np.int64) -> np.int64:
+    return (e >> 32) & LOW32
+
+
+@njit(cache=True)
+def entry_node(e: np.int64) -> np.int64:
+    return e & LOW32
+
+
 @njit(cache=True)
 def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, payload: int,
              ch: np.ndarray, nch: int) -> int:
     """The stored node with this (canonical) key, or -1; never inserts."""
     mask = table.size - 1
-    slot = np.int64(key_hash(op, payload, ch, nch) & np.uint64(mask))
+    h = np.int64(key_hash(op, payload, ch, nch) & np.uint64(LOW32))
+    slot = h & mask
     while True:
-        m = table[slot]
-        if m == EMPTY:
+        e = table[slot]
+        if e == EMPTY:
             return -1
-        if nodes[N_OP, m] == op and nodes[N_PAYLOAD, m] == payload and nodes[N_NCH, m] == nch:
+        m = entry_node(e)
+        if (_entry_hash(e) == h and nodes[N_OP, m] == op and nodes[N_PAYLOAD, m] == payload
+                and nodes[N_NCH, m] == nch):
             same = True
             for k in range(nch):
                 if children[m, k] != ch[k]:
@@ -52,61 +73,78 @@ def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int
 
 
 @njit(cache=True)
-def same_key(nodes: np.ndarray, children: np.ndarray, a: int, b: int) -> bool:
-    # the whole children row first: one cache line, and it rejects most wrong probes; unused
-    # columns are EMPTY, so equal rows also mean equal child counts
-    for k in range(MAXA):
-        if children[a, k] != children[b, k]:
-            return False
-    return nodes[N_OP, a] == nodes[N_OP, b] and nodes[N_PAYLOAD, a] == nodes[N_PAYLOAD, b]
+def _probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, payload: int,
+           n: int, h: np.int64) -> tuple[int, int]:
+    """Look up the key (op, payload, children row n) whose hash's low 32 bits are h: returns
+    (stored node with that key or -1, the slot where the probe stopped: that node's, or the empty
+    one where the key belongs). Row n is compared whole (one cache line, unused columns EMPTY)
+    and only for entries whose hash agrees."""
+    mask = table.size - 1
+    slot = h & mask
+    while True:
+        e = table[slot]
+        if e == EMPTY:
+            return -1, slot
+        if _entry_hash(e) == h:
+            m = entry_node(e)
+            same = nodes[N_OP, m] == op and nodes[N_PAYLOAD, m] == payload
+            for k in range(MAXA):
+                if not same:
+                    break
+                same = children[m, k] == children[n, k]
+            if same:
+                return m, slot
+        slot = (slot + 1) & mask
 
 
 @njit(cache=True)
 def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> int:
     """The node with n's key if one is stored; otherwise store n and return -1."""
-    mask = table.size - 1
-    slot = np.int64(node_hash(nodes, children, n) & np.uint64(mask))
-    while True:
-        m = table[slot]
-        if m == EMPTY:
-            table[slot] = n
-            return -1
-        if same_key(nodes, children, m, n):
-            return m
-        slot = (slot + 1) & mask
+    h = np.int64(node_hash(nodes, children, n) & np.uint64(LOW32))
+    m, slot = _probe(table, nodes, children, nodes[N_OP, n], nodes[N_PAYLOAD, n], n, h)
+    if m < 0:
+        table[slot] = (h << 32) | n
+    return m
 
 
 @njit(cache=True)
 def remove(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> bool:
     """Remove node n (hashed by its current columns); shift later entries back to fill the gap."""
     mask = table.size - 1
-    i = np.int64(node_hash(nodes, children, n) & np.uint64(mask))
-    while table[i] != n:
+    want = (np.int64(node_hash(nodes, children, n) & np.uint64(LOW32)) << 32) | n
+    i = _entry_hash(want) & mask
+    while table[i] != want:
         if table[i] == EMPTY:
             return False
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
-        m = table[j]
-        if m == EMPTY:
+        e = table[j]
+        if e == EMPTY:
             break
-        home = np.int64(node_hash(nodes, children, m) & np.uint64(mask))
+        home = _entry_hash(e) & mask
         if (i <= j and i < home <= j) or (i > j and (home > i or home <= j)):
             continue
-        table[i] = m
+        table[i] = e
         i = j
     table[i] = EMPTY
     return True
 
 
 @njit(cache=True)
-def rehash(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n_nodes: int) -> None:
-    """Fill an empty table with every live node (used when the table grows). Live means not
-    F_DEAD: F_FILTERED nodes stay in the hash-cons (rebuild re-inserts them too)."""
-    for n in range(n_nodes):
-        if not nodes[N_FLAGS, n] & F_DEAD:
-            lookup_or_insert(table, nodes, children, n)
+def rehash(table: np.ndarray, old: np.ndarray) -> None:
+    """Move every entry of table `old` into the empty (larger or smaller) `table`: the stored
+    hashes give the new slots, so no node is read."""
+    mask = table.size - 1
+    for i in range(old.size):
+        e = old[i]
+        if e == EMPTY:
+            continue
+        slot = _entry_hash(e) & mask
+        while table[slot] != EMPTY:
+            slot = (slot + 1) & mask
+        table[slot] = e
 
 
 @njit(cache=True)
@@ -117,16 +155,12 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
     -1 on a type conflict (meta[M_ERR]). Capacity is the caller's job."""
     parent = classes[C_PARENT]
     n = meta[M_NODES]
-    nodes[N_OP, n] = op
-    nodes[N_PAYLOAD, n] = payload
-    nodes[N_NCH, n] = nch
-    nodes[N_FLAGS, n] = 0
-    nodes[N_EPOCH, n] = meta[M_EPOCH]
-    for k in range(nch):
+    for k in range(nch):                  # n's children row holds the key while it is looked up
         children[n, k] = find(parent, kids[k])
     for k in range(nch, MAXA):
         children[n, k] = EMPTY
-    m = lookup_or_insert(table, nodes, children, n)
+    h = np.int64(key_hash(op, payload, children[n], nch) & np.uint64(LOW32))
+    m, slot = _probe(table, nodes, children, op, payload, n, h)   # the rest of n's row waits
     if m >= 0:
         c = find(parent, nodes[N_CLS, m])
         if tid != T_UNKNOWN and classes[C_TYPE, c] != tid:
@@ -146,6 +180,12 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
             break
     if op_kind[op] == K_INPUT:
         const = False
+    table[slot] = (h << 32) | n
+    nodes[N_OP, n] = op
+    nodes[N_PAYLOAD, n] = payload
+    nodes[N_NCH, n] = nch
+    nodes[N_FLAGS, n] = 0
+    nodes[N_EPOCH, n] = meta[M_EPOCH]
     nodes[N_CLS, n] = n
     nodes[N_NEXT, n] = EMPTY
     classes[C_PARENT, n] = n

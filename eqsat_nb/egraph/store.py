@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.ops import OP_NAMES
+from .compact import compact
 from .hashcons import add_nodes, find_key, rehash
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_TYPE, CLASS_COLS, EMPTY, ERR_TYPE_MISMATCH, F_DEAD,
                      F_FILTERED,
@@ -50,7 +51,7 @@ class EGraph:
         self.children = np.full((cap, MAXA), EMPTY, np.int32)
         self.classes = np.zeros((CLASS_COLS, cap), np.int32)
         self.uses = np.zeros((2, cap * 2), np.int32)
-        self.table = np.full(_pow2(2 * cap), EMPTY, np.int32)
+        self.table = np.full(_pow2(2 * cap), EMPTY, np.int64)   # see hashcons.LOW32
         self.pending = np.zeros(2 * cap + 16, np.int32)
         self.meta = np.zeros(META_SIZE, np.int64)
         self.roots: list[int] = []
@@ -83,14 +84,16 @@ class EGraph:
             cap = self.capacity
             while cap < need:
                 cap *= 2
-            self.nodes = _grow(self.nodes, cap, 1, 0)
+            n = self.num_nodes             # only the used prefix is copied
+            self.nodes = _grow(self.nodes, cap, n)
             # rows past num_nodes are unused (add_node writes a whole row): left unfilled
             children = np.empty((cap, MAXA), np.int32)
-            children[: self.children.shape[0]] = self.children
+            children[:n] = self.children[:n]
             self.children = children
-            self.classes = _grow(self.classes, cap, 1, 0)
+            self.classes = _grow(self.classes, cap, n)
+            queued = int(self.meta[M_PENDING])
             pending = np.zeros(2 * cap + 16, np.int32)   # fresh pages: cheap
-            pending[: self.pending.size] = self.pending
+            pending[:queued] = self.pending[:queued]
             self.pending = pending
         uses_need = int(self.meta[M_USES]) + (extra_uses if extra_uses is not None
                                               else extra_nodes * MAXA)
@@ -98,11 +101,11 @@ class EGraph:
             ucap = self.uses.shape[1]
             while ucap < uses_need:
                 ucap *= 2
-            self.uses = _grow(self.uses, ucap, 1, 0)
+            self.uses = _grow(self.uses, ucap, int(self.meta[M_USES]))
         live = need - int(self.meta[M_DEAD])      # the table holds live nodes only
         if 2 * live > self.table.size:            # load factor stays <= 1/2
-            self.table = np.full(_pow2(2 * live), EMPTY, np.int32)
-            rehash(self.table, self.nodes, self.children, self.num_nodes)
+            old, self.table = self.table, np.full(_pow2(2 * live), EMPTY, np.int64)
+            rehash(self.table, old)
 
     # ------------------------------------------------------------------ adding
     def type_id(self, ty: TensorType | None) -> int:
@@ -181,8 +184,28 @@ class EGraph:
         live = self.num_nodes - int(self.meta[M_DEAD])
         size = _pow2(2 * max(live, 512))
         if 8 * size <= self.table.size:
-            self.table = np.full(size, EMPTY, np.int32)
-            rehash(self.table, self.nodes, self.children, self.num_nodes)
+            old, self.table = self.table, np.full(size, EMPTY, np.int64)
+            rehash(self.table, old)
+
+    def compact(self) -> np.ndarray:
+        """Drop the dead nodes and renumber (see compact.py); returns, for every old id, the new
+        id of its class. `roots`, `inputs` and `names` are renumbered here (into new objects:
+        snapshots share them); any other holder of class ids must map them through the result.
+        The e-graph must be rebuilt (nothing pending)."""
+        if self.meta[M_PENDING]:
+            raise EGraphError("compact() needs a rebuilt e-graph (unions are pending)")
+        live = self.num_nodes - int(self.meta[M_DEAD])
+        classes = np.zeros_like(self.classes)
+        self.table = np.full(_pow2(2 * max(live, 512)), EMPTY, np.int64)
+        new_class_of = compact(self.nodes, self.children, self.classes, classes, self.uses,
+                               self.table, self.meta)
+        old_parent, self.classes = self.classes[C_PARENT], classes
+        self.roots = [int(new_class_of[r]) for r in self.roots]
+        self.inputs = [(name, int(new_class_of[c])) for name, c in self.inputs]
+        # names are looked up under canonical ids: one under a merged-away id was unreachable
+        self.names = {int(new_class_of[c]): name for c, name in self.names.items()
+                      if old_parent[c] == c}
+        return new_class_of
 
     def _raise_kernel_error(self) -> None:
         code, a, b = (int(x) for x in self.meta[[M_ERR, M_ERR_A, M_ERR_B]])
@@ -288,14 +311,10 @@ def _pow2(n: int) -> int:
     return 1 << max(4, (n - 1).bit_length())
 
 
-def _grow(arr: np.ndarray, cap: int, axis: int, fill: int) -> np.ndarray:
-    shape = list(arr.shape)
-    old = shape[axis]
-    shape[axis] = cap
-    # zeros come from fresh pages the OS zeroes on first touch: unused capacity costs nothing
-    out = np.zeros(shape, arr.dtype) if fill == 0 else np.full(shape, fill, arr.dtype)
-    if axis == 0:
-        out[:old] = arr
-    else:
-        out[:, :old] = arr
+def _grow(arr: np.ndarray, cap: int, used: int) -> np.ndarray:
+    """A copy of 2-D `arr` (columns along axis 1) with `cap` columns, of which the first `used`
+    are copied; zeros come from fresh pages the OS zeroes on first touch, so unused capacity
+    costs nothing."""
+    out = np.zeros((arr.shape[0], cap), arr.dtype)
+    out[:, :used] = arr[:, :used]
     return out

@@ -15,10 +15,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..egraph.index import build_index
-from ..egraph.layout import M_EPOCH
+from ..egraph.layout import M_DEAD, M_EPOCH
 from ..egraph.shapes_nb import shape_consts
 from ..egraph.store import EOP_NAMES, OP_KIND, EGraph, EGraphError
-from ..rules.apply import B_NODE, Applier, RuleCompileError, apply_matches, compile_applier
+from ..rules.apply import B_CONST, B_NODE, Applier, RuleCompileError, apply_matches, compile_applier
 from ..rules.compile import Program, compile_pattern
 from ..rules.match import MatchIndex, search
 from ..rules.multi import canonical_key, is_symmetric, join
@@ -113,6 +113,7 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
         record, hit_limit, changed = run_iteration(eg, compiled, limits, it + 1,
                                                    it < limits.k_multi, since)
         iterations.append(record)
+        _compact_if_mostly_dead(eg, compiled)
         if progress is not None:
             progress(record)
         if hit_limit:
@@ -122,6 +123,23 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
             stop = "saturated"
             break
     return Report(iterations, stop, time.perf_counter() - start)
+
+
+def _compact_if_mostly_dead(eg: EGraph, compiled: Sequence[_Compiled]) -> None:
+    """Drop the dead nodes once they outnumber the live ones (see egraph/compact.py): they
+    would otherwise stay in every array for the rest of the run. Class ids change; the rules'
+    literal classes are renumbered here (the e-graph renumbers its roots, inputs and names)."""
+    dead = int(eg.meta[M_DEAD])
+    if dead <= eg.num_nodes - dead:
+        return
+    new_class_of = eg.compact()
+    for rule in compiled:
+        build = rule.applier.build
+        consts = build[:, 0] == B_CONST
+        if consts.any():
+            build = build.copy()
+            build[consts, 1] = new_class_of[build[consts, 1]]
+            rule.applier.build = build
 
 
 def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, number: int = 1,
