@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..egraph.layout import C_PARENT, F_FILTERED, N_FLAGS, N_NCH
+from ..egraph.layout import C_PARENT, F_FILTERED, MAXA, N_FLAGS, N_NCH
 from ..egraph.unionfind import find
 
 
@@ -129,27 +129,24 @@ def _parent_classes(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray,
     nodes point to class c (the edges `would_cycle` walks, reversed)."""
     parent = classes[C_PARENT]
     n = cstart.size - 1
-    pstart = np.zeros(n + 1, np.int64)
+    kids = np.empty(cnodes.size * MAXA, np.int64)
+    owners = np.empty(cnodes.size * MAXA, np.int64)
+    m = 0
     for c in range(n):
         for p in range(cstart[c], cstart[c + 1]):
             node = cnodes[p]
             if nodes[N_FLAGS, node] & F_FILTERED:
                 continue
             for k in range(nodes[N_NCH, node]):
-                pstart[find(parent, children[node, k]) + 1] += 1
+                kids[m] = find(parent, children[node, k])
+                owners[m] = c
+                m += 1
+    pcls = owners[:m][np.argsort(kids[:m], kind="mergesort")]
+    pstart = np.zeros(n + 1, np.int64)
+    for i in range(m):
+        pstart[kids[i] + 1] += 1
     for c in range(n):
         pstart[c + 1] += pstart[c]
-    pcls = np.empty(pstart[n], np.int64)
-    fill = pstart[:n].copy()
-    for c in range(n):
-        for p in range(cstart[c], cstart[c + 1]):
-            node = cnodes[p]
-            if nodes[N_FLAGS, node] & F_FILTERED:
-                continue
-            for k in range(nodes[N_NCH, node]):
-                kid = find(parent, children[node, k])
-                pcls[fill[kid]] = c
-                fill[kid] += 1
     return pstart, pcls
 
 
