@@ -8,7 +8,8 @@ What is timed is what the node costs inside a whole model (checked by `tools/cos
 - the node's own kernels, as onnxruntime's profiler times them (`KernelTimer`), not the whole
   `sess.run` of the one-node model: a whole model runs its kernels nearly back to back (its
   CPU time is within ~2 % of the sum of its profiled kernels), while a one-node run adds the copy
-  of its graph output and the session floor;
+  of its graph output and the session floor; less the profiler's own time inside each kernel
+  event (`OrtCostModel.event_us`, ~3.3 µs here: most of a small elementwise op's event);
 - without the NCHWc `ReorderInput`/`ReorderOutput` a lone conv/pool is wrapped in
   (`BOUNDARY_KERNELS`): in a model, consecutive NCHWc ops pass blocked tensors on and pay these
   once per run of such ops (up to 2x the conv itself for a depthwise conv);
@@ -16,7 +17,8 @@ What is timed is what the node costs inside a whole model (checked by `tools/cos
   with one intra-op thread the kernels run on the calling thread): on this shared machine a long
   kernel's wall time includes other processes' turns, which the whole model's CPU time does not;
 - weights of `COLD_WEIGHT_BYTES` or more cold, as `copies` side-by-side instances of the node in
-  one model (`replicate`) whose weights overflow the LLC, a `copies`-th of their kernels;
+  one model (`replicate`) whose weights overflow the LLC, a `copies`-th of their kernels (their
+  outputs joined by one uncounted Concat, so they are intermediates as in a model);
 - in the exporter's opset (`ir.opaque.DEFAULT_OPSET`, 21), not the builder's default 17:
   onnxruntime 1.31 has a different AveragePool kernel from opset 19 (dilations), 5x slower on
   squeezenet's 13x13 global pool (491 vs 95 µs), and the whole model is exported in opset 21;
@@ -34,8 +36,12 @@ each rule assumes the context the op has in practice; approximations noted):
 - `batchnorm` with weight-only parameters on a 4-D tensor: 0: onnxruntime folds it into the
   producing conv's weights and bias (same caveat: a batchnorm not after a conv is underpriced).
 Not modelled: onnxruntime also folds a transpose into a following MatMul (FusedMatMul
-transA/transB/transBatch) and a MatMul+Add into Gemm; which transposes fold depends on the
-consumer, so transposes are timed (about 1 % of BERT).
+transA/transB/transBatch) and a MatMul+Add(+Relu/Sigmoid) into a FusedGemm; which ones fold
+depends on the neighbours, so transposes, adds and activations are timed (about 1 % of BERT; 40
+of nasrnn's 55 adds and 30 of its 35 relus/sigmoids fold, ~1 µs each once profiler time is out).
+Still not modelled: kernels in a whole model find their inputs and weights in colder caches than
+repeated one-node runs (a whole small CNN's convs profile ~3-4 % slower than their one-node
+twins, more under co-runners' load on the shared L3), so sums run a few % under end to end.
 
 Results go to a `CostCache` keyed by (backend "ort", device fingerprint incl. `METHOD`, op,
 attributes, input types and which operands are weights); a second request for the same
@@ -305,8 +311,8 @@ class OrtCostModel(MeasuredCostModel):
     (`cost(sig)`, `egraph_costs`, `graph_cost`), and `measure(...)` for one configuration.
 
     `measure` returns the median time of the node's kernels in its one-node model (`KernelTimer`:
-    onnxruntime's profiler, boundary reorders and descheduled time out; for cold weights a
-    `copies`-th of the replicas' kernels). `cost` is what the node adds to a whole model's run
+    onnxruntime's profiler, boundary reorders, descheduled time and the profiler's own `event_us`
+    per kernel out; for cold weights a `copies`-th of the replicas' kernels). `cost` is what the node adds to a whole model's run
     (`net_cost`): the kernels plus `node_us` (the in-graph dispatch of one more node); or the
     `rule_cost` where one-node timing would mislead. `floor_us` is what `sess.run` costs beyond
     its kernels, paid once per inference. Both overheads are measured once per device (CPU time
