@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..egraph.hashcons import add_node
+from ..egraph.hashcons import LOW32, add_node, key_hash
 from ..egraph.intern import WIDTH, intern_row
 from ..egraph.layout import (C_HEAD, C_PARENT, C_TYPE, EMPTY, M_DEAD, M_NODES, M_USES, MAXA,
-                             N_PAYLOAD, T_LIT, T_TUPLE)
+                             N_CLS, N_PAYLOAD, T_LIT, T_TUPLE)
 from ..egraph.literals import K_INT, K_INTS, K_TYPE
+from ..egraph.prefetch import prefetch
 from ..egraph.shapes_nb import infer_proj, infer_row
 from ..egraph.store import EOP_IDS, LIT, PROJ, EGraph
 from ..egraph.unionfind import find
@@ -280,6 +281,58 @@ def _expr_row(code: np.ndarray, exprs: np.ndarray, e: int, stack: np.ndarray, ma
     return True
 
 
+# Prefetch distances (in matches) of the hash-cons look-ups of target nodes over match variables
+# only: the table slot of match m + PF_SLOT's key, then the node stored there for m + PF_NODE,
+# then that node's class's union-find entry for m + PF_CLASS.
+PF_SLOT, PF_NODE, PF_CLASS, PF_RING = 16, 8, 4, 32
+
+
+@njit(cache=True)
+def _root(parent: np.ndarray, x: int) -> int:
+    """`find` without path compression (reads only)."""
+    while parent[x] != x:
+        x = parent[x]
+    return x
+
+
+@njit(cache=True)
+def _leaf_slots(build: np.ndarray) -> np.ndarray:
+    """The node slots whose children are all match variables or constant classes: their
+    hash-cons keys are known from the match row alone, ahead of applying it."""
+    out = np.empty(build.shape[0], np.int64)
+    n = 0
+    for s in range(build.shape[0]):
+        if build[s, 0] != B_NODE:
+            continue
+        leaf = True
+        for j in range(build[s, 2]):
+            kind = build[build[s, 4 + j], 0]
+            if kind != B_VAR and kind != B_CONST:
+                leaf = False
+        if leaf:
+            out[n] = s
+            n += 1
+    return out[:n]
+
+
+@njit(cache=True)
+def _prefetch_keys(build: np.ndarray, leaf: np.ndarray, match: np.ndarray, parent: np.ndarray,
+                   table: np.ndarray, ch: np.ndarray, slots: np.ndarray) -> None:
+    """Prefetch the hash-cons slots where the leaf node slots' keys of `match` start probing
+    (as add_node will compute them, if no union happens in between); record them in `slots`."""
+    mask = table.size - 1
+    for i in range(leaf.size):
+        s = leaf[i]
+        nch = build[s, 2]
+        for j in range(nch):
+            c = build[s, 4 + j]
+            a = build[c, 1]
+            ch[j] = _root(parent, match[a] if build[c, 0] == B_VAR else a)
+        h = np.int64(key_hash(build[s, 1], -1, ch, nch) & np.uint64(LOW32))
+        slots[i] = h & mask
+        prefetch(table, h & mask)
+
+
 @njit(cache=True)
 def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
                   table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
@@ -322,7 +375,37 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
     ins = np.empty((MAXA, WIDTH), np.int64)
     kids = np.empty(MAXA, np.int32)
     out = np.empty(WIDTH, np.int64)
-    for m in range(stats[3], matches.shape[0]):
+    # memory-level parallelism: the look-ups of later matches' leaf nodes are prefetched while
+    # this one is applied (reads only: the e-graph and the results are the same without)
+    leaf = _leaf_slots(build)
+    pf_slots = np.full((PF_RING, max(leaf.size, 1)), -1, np.int64)
+    pf_ch = np.empty(MAXA, np.int64)
+    n_cls = nodes[N_CLS]
+    n_matches = matches.shape[0]
+    for m in range(stats[3], n_matches):
+        if leaf.size:
+            ahead = m + PF_SLOT
+            if ahead < n_matches:
+                _prefetch_keys(build, leaf, matches[ahead], parent, table, pf_ch,
+                               pf_slots[ahead % PF_RING])
+            ahead = m + PF_NODE
+            if ahead < n_matches:
+                for i in range(leaf.size):
+                    slot = pf_slots[ahead % PF_RING, i]
+                    if slot >= 0 and slot < table.size:
+                        e = table[slot]
+                        if e != EMPTY:
+                            node = e & LOW32
+                            prefetch(children, node)
+                            prefetch(n_cls, node)
+            ahead = m + PF_CLASS
+            if ahead < n_matches:
+                for i in range(leaf.size):
+                    slot = pf_slots[ahead % PF_RING, i]
+                    if slot >= 0 and slot < table.size:
+                        e = table[slot]
+                        if e != EMPTY:
+                            prefetch(parent, n_cls[e & LOW32])
         if (meta[M_NODES] + per_nodes > nodes.shape[1] or meta[M_USES] + per_uses > uses.shape[1]
                 or 2 * (meta[M_NODES] - meta[M_DEAD] + per_nodes) > table.size
                 or lit_count[0] + per_nodes >= lit_rows.shape[0]):
