@@ -109,7 +109,7 @@ def _probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, 
         slot = (slot + 1) & mask
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> int:
     """The node with n's key if one is stored; otherwise store n and return -1."""
     h = np.int64(node_hash(nodes, children, n) & np.uint64(LOW32))
@@ -119,7 +119,7 @@ def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray,
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def remove(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> bool:
     """Remove node n (hashed by its current columns); shift later entries back to fill the gap."""
     mask = table.size - 1

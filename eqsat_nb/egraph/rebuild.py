@@ -23,7 +23,7 @@ from .unionfind import find, find_cls, root
 PF_AHEAD = 16             # nodes the one-pass rebuild prefetches its hash-cons look-ups ahead
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def union(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.ndarray,
           meta: np.ndarray, a: int, b: int) -> int:
     """Merge the classes of a and b; returns the new root, or -1 on a type conflict."""
