@@ -11,10 +11,10 @@ from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE,
                      C_UTAIL, EMPTY, ERR_ADD_TYPE, F_DEAD, K_CONST_LEAF, K_INPUT, M_CLASSES,
                      M_EPOCH, M_ERR, M_ERR_A, M_ERR_B, M_NODES, M_USES, MAXA, N_CLS, N_EPOCH, N_FLAGS,
                      N_NCH, N_NEXT, N_OP, N_PAYLOAD, T_UNKNOWN, U_NEXT, U_NODE)
-from .unionfind import find
+from .unionfind import find_cls
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def key_hash(op: int, payload: int, ch: np.ndarray, nch: int) -> np.uint64:
     """Hash of a node key (op, payload, first nch children)."""
     h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(op)
@@ -25,10 +25,22 @@ def key_hash(op: int, payload: int, ch: np.ndarray, nch: int) -> np.uint64:
     return h ^ (h >> np.uint64(29))
 
 
+@njit(cache=True, inline="always")
+def row_key_hash(op: int, payload: int, children: np.ndarray, n: int, nch: int) -> np.uint64:
+    """key_hash(op, payload, children[n], nch), reading the row in place (no row view: its
+    reference counting costs atomics in per-node kernels)."""
+    h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(op)
+    h = (h ^ np.uint64(payload & 0xFFFFFFFF)) * np.uint64(0xBF58476D1CE4E5B9)
+    for k in range(nch):
+        h = (h ^ np.uint64(children[n, k])) * np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(31)
+    return h ^ (h >> np.uint64(29))
+
+
 @njit(cache=True)
 def node_hash(nodes: np.ndarray, children: np.ndarray, n: int) -> np.uint64:
     """Hash of node n's key as it is stored now."""
-    return key_hash(nodes[N_OP, n], nodes[N_PAYLOAD, n], children[n], nodes[N_NCH, n])
+    return row_key_hash(nodes[N_OP, n], nodes[N_PAYLOAD, n], children, n, nodes[N_NCH, n])
 
 
 # A table entry packs a node id (low 32 bits) with the low 32 bits of its key hash (high 32 bits):
@@ -38,12 +50,12 @@ def node_hash(nodes: np.ndarray, children: np.ndarray, n: int) -> np.uint64:
 LOW32 = 0xFFFFFFFF
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _entry_hash(e: np.int64) -> np.int64:
     return (e >> 32) & LOW32
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def entry_node(e: np.int64) -> np.int64:
     return e & LOW32
 
@@ -72,7 +84,7 @@ def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int
         slot = (slot + 1) & mask
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, payload: int,
            n: int, h: np.int64) -> tuple[int, int]:
     """Look up the key (op, payload, children row n) whose hash's low 32 bits are h: returns
@@ -97,7 +109,7 @@ def _probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, 
         slot = (slot + 1) & mask
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> int:
     """The node with n's key if one is stored; otherwise store n and return -1."""
     h = np.int64(node_hash(nodes, children, n) & np.uint64(LOW32))
@@ -107,7 +119,7 @@ def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray,
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def remove(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> bool:
     """Remove node n (hashed by its current columns); shift later entries back to fill the gap."""
     mask = table.size - 1
@@ -147,22 +159,21 @@ def rehash(table: np.ndarray, old: np.ndarray) -> None:
         table[slot] = e
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
              table: np.ndarray, meta: np.ndarray, op_kind: np.ndarray, op: int, payload: int,
              kids: np.ndarray, nch: int, tid: int) -> int:
     """Add one node whose children `kids[:nch]` are class ids; returns its canonical class, or
     -1 on a type conflict (meta[M_ERR]). Capacity is the caller's job."""
-    parent = classes[C_PARENT]
     n = meta[M_NODES]
     for k in range(nch):                  # n's children row holds the key while it is looked up
-        children[n, k] = find(parent, kids[k])
+        children[n, k] = find_cls(classes, kids[k])
     for k in range(nch, MAXA):
         children[n, k] = EMPTY
-    h = np.int64(key_hash(op, payload, children[n], nch) & np.uint64(LOW32))
+    h = np.int64(row_key_hash(op, payload, children, n, nch) & np.uint64(LOW32))
     m, slot = _probe(table, nodes, children, op, payload, n, h)   # the rest of n's row waits
     if m >= 0:
-        c = find(parent, nodes[N_CLS, m])
+        c = find_cls(classes, nodes[N_CLS, m])
         if tid != T_UNKNOWN and classes[C_TYPE, c] != tid:
             if classes[C_TYPE, c] != T_UNKNOWN:
                 meta[M_ERR] = ERR_ADD_TYPE

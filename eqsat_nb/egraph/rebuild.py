@@ -11,22 +11,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .hashcons import lookup_or_insert, remove
+from .hashcons import LOW32, key_hash, lookup_or_insert, remove
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
                      C_UTAIL, EMPTY, ERR_TYPE_MISMATCH, F_DEAD, K_INPUT, M_CLASSES, M_ERR,
                      M_DEAD, M_NODES, M_EPOCH, M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS,
                      N_EPOCH, N_FLAGS,
-                     N_NCH, N_NEXT, N_OP, T_UNKNOWN, U_NEXT, U_NODE)
-from .unionfind import find
+                     MAXA, N_NCH, N_NEXT, N_OP, N_PAYLOAD, T_UNKNOWN, U_NEXT, U_NODE)
+from .prefetch import prefetch
+from .unionfind import find, find_cls, root
+
+PF_AHEAD = 16             # nodes the one-pass rebuild prefetches its hash-cons look-ups ahead
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def union(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.ndarray,
           meta: np.ndarray, a: int, b: int) -> int:
     """Merge the classes of a and b; returns the new root, or -1 on a type conflict."""
-    parent = classes[C_PARENT]
-    a = find(parent, a)
-    b = find(parent, b)
+    a = find_cls(classes, a)
+    b = find_cls(classes, b)
     if a == b:
         return a
     ta, tb = classes[C_TYPE, a], classes[C_TYPE, b]
@@ -37,7 +39,7 @@ def union(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.
         return -1
     if classes[C_SIZE, a] < classes[C_SIZE, b]:
         a, b = b, a
-    parent[b] = a
+    classes[C_PARENT, b] = a
     classes[C_SIZE, a] += classes[C_SIZE, b]
     x = classes[C_HEAD, b]                # b's nodes now belong to a: their rows changed
     while x != EMPTY:
@@ -82,7 +84,7 @@ def _all_children_const(nodes: np.ndarray, children: np.ndarray, classes: np.nda
     if op_kind[nodes[N_OP, p]] == K_INPUT or nodes[N_NCH, p] == 0:
         return False
     for k in range(nodes[N_NCH, p]):
-        if classes[C_CONST, find(classes[C_PARENT], children[p, k])] == 0:
+        if classes[C_CONST, find_cls(classes, children[p, k])] == 0:
             return False
     return True
 
@@ -155,7 +157,17 @@ def _recanonicalize_all(nodes: np.ndarray, children: np.ndarray, classes: np.nda
     Unions found here are queued for the worklist as usual."""
     parent = classes[C_PARENT]
     table[:] = EMPTY
-    for p in range(meta[M_NODES]):
+    mask = table.size - 1
+    ch = np.empty(MAXA, np.int64)
+    n = meta[M_NODES]
+    for p in range(n):
+        q = p + PF_AHEAD              # prefetch the slot where node q's look-up will start
+        if q < n and not nodes[N_FLAGS, q] & F_DEAD:
+            nch = nodes[N_NCH, q]
+            for k in range(nch):
+                ch[k] = root(parent, children[q, k])
+            h = np.int64(key_hash(nodes[N_OP, q], nodes[N_PAYLOAD, q], ch, nch) & np.uint64(LOW32))
+            prefetch(table, h & mask)
         if nodes[N_FLAGS, p] & F_DEAD:
             continue
         stale = False

@@ -21,14 +21,15 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..egraph.hashcons import add_node
+from ..egraph.hashcons import LOW32, add_node, key_hash
 from ..egraph.intern import WIDTH, intern_row
 from ..egraph.layout import (C_HEAD, C_PARENT, C_TYPE, EMPTY, M_DEAD, M_NODES, M_USES, MAXA,
-                             N_PAYLOAD, T_LIT, T_TUPLE)
+                             N_CLS, N_PAYLOAD, T_LIT, T_TUPLE)
 from ..egraph.literals import K_INT, K_INTS, K_TYPE
+from ..egraph.prefetch import prefetch
 from ..egraph.shapes_nb import infer_proj, infer_row
 from ..egraph.store import EOP_IDS, LIT, PROJ, EGraph
-from ..egraph.unionfind import find
+from ..egraph.unionfind import find, find_cls, root
 from ..errors import TirError
 from .pattern import Cond, Expr, Lit, Pattern, Var
 
@@ -200,11 +201,10 @@ def _class_row(classes: np.ndarray, nodes: np.ndarray, lit_rows: np.ndarray, c: 
 
 
 @njit(cache=True)
-def _eval(code: np.ndarray, start: int, end: int, stack: np.ndarray, match: np.ndarray,
+def _eval(code: np.ndarray, start: int, end: int, stack: np.ndarray, matches: np.ndarray, m: int,
           classes: np.ndarray, nodes: np.ndarray, lit_rows: np.ndarray, row: np.ndarray) -> int:
     """Run expression code[start:end]; returns the stack depth (−1 when undefined, e.g. a dim of
     an untyped class or a division by zero)."""
-    parent = classes[C_PARENT]
     sp = 0
     for pc in range(start, end):
         op, a, b = code[pc, 0], code[pc, 1], code[pc, 2]
@@ -212,7 +212,7 @@ def _eval(code: np.ndarray, start: int, end: int, stack: np.ndarray, match: np.n
             stack[sp] = a
             sp += 1
         elif op == E_DIM or op == E_RANK or op == E_LITVAL:
-            tid = _class_row(classes, nodes, lit_rows, find(parent, match[a]), row)
+            tid = _class_row(classes, nodes, lit_rows, find_cls(classes, matches[m, a]), row)
             if op == E_LITVAL:
                 if tid != T_LIT or row[0] != K_INT:
                     return -1
@@ -260,11 +260,11 @@ def _eval(code: np.ndarray, start: int, end: int, stack: np.ndarray, match: np.n
 
 
 @njit(cache=True)
-def _expr_row(code: np.ndarray, exprs: np.ndarray, e: int, stack: np.ndarray, match: np.ndarray,
-              classes: np.ndarray, nodes: np.ndarray, lit_rows: np.ndarray, tmp: np.ndarray,
-              out: np.ndarray) -> bool:
-    """The literal row (K_INT or K_INTS) computed by expression e."""
-    sp = _eval(code, exprs[e, 0], exprs[e, 1], stack, match, classes, nodes, lit_rows, tmp)
+def _expr_row(code: np.ndarray, exprs: np.ndarray, e: int, stack: np.ndarray, matches: np.ndarray,
+              m: int, classes: np.ndarray, nodes: np.ndarray, lit_rows: np.ndarray,
+              tmp: np.ndarray, out: np.ndarray) -> bool:
+    """The literal row (K_INT or K_INTS) computed by expression e for match row m."""
+    sp = _eval(code, exprs[e, 0], exprs[e, 1], stack, matches, m, classes, nodes, lit_rows, tmp)
     if sp < 0:
         return False
     out[:] = 0
@@ -278,6 +278,52 @@ def _expr_row(code: np.ndarray, exprs: np.ndarray, e: int, stack: np.ndarray, ma
         for i in range(arity):
             out[2 + i] = stack[sp - arity + i]
     return True
+
+
+# Prefetch distances (in matches) of the hash-cons look-ups of target nodes over match variables
+# only: the table slot of match m + PF_SLOT's key, then the node stored there for m + PF_NODE,
+# then that node's class's union-find entry for m + PF_CLASS.
+PF_SLOT, PF_NODE, PF_CLASS, PF_RING = 16, 8, 4, 32
+
+
+@njit(cache=True)
+def _leaf_slots(build: np.ndarray) -> np.ndarray:
+    """The node slots whose children are all match variables or constant classes: their
+    hash-cons keys are known from the match row alone, ahead of applying it."""
+    out = np.empty(build.shape[0], np.int64)
+    n = 0
+    for s in range(build.shape[0]):
+        if build[s, 0] != B_NODE:
+            continue
+        leaf = True
+        for j in range(build[s, 2]):
+            kind = build[build[s, 4 + j], 0]
+            if kind != B_VAR and kind != B_CONST:
+                leaf = False
+        if leaf:
+            out[n] = s
+            n += 1
+    return out[:n]
+
+
+@njit(cache=True, inline="always")
+def _prefetch_keys(build: np.ndarray, leaf: np.ndarray, matches: np.ndarray, m: int,
+                   parent: np.ndarray, table: np.ndarray, ch: np.ndarray, slots: np.ndarray,
+                   r: int) -> None:
+    """Prefetch the hash-cons slots where the leaf node slots' keys of `match` start probing
+    (as add_node will compute them, if no union happens in between) for match row m; record them
+    in slots[r]. Rows are indexed in place: a row view costs atomic reference counting."""
+    mask = table.size - 1
+    for i in range(leaf.size):
+        s = leaf[i]
+        nch = build[s, 2]
+        for j in range(nch):
+            c = build[s, 4 + j]
+            a = build[c, 1]
+            ch[j] = root(parent, matches[m, a] if build[c, 0] == B_VAR else a)
+        h = np.int64(key_hash(build[s, 1], -1, ch, nch) & np.uint64(LOW32))
+        slots[r, i] = h & mask
+        prefetch(table, h & mask)
 
 
 @njit(cache=True)
@@ -322,18 +368,47 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
     ins = np.empty((MAXA, WIDTH), np.int64)
     kids = np.empty(MAXA, np.int32)
     out = np.empty(WIDTH, np.int64)
-    for m in range(stats[3], matches.shape[0]):
+    # memory-level parallelism: the look-ups of later matches' leaf nodes are prefetched while
+    # this one is applied (reads only: the e-graph and the results are the same without)
+    leaf = _leaf_slots(build)
+    pf_slots = np.full((PF_RING, max(leaf.size, 1)), -1, np.int64)
+    pf_ch = np.empty(MAXA, np.int64)
+    n_cls = nodes[N_CLS]
+    n_matches = matches.shape[0]
+    for m in range(stats[3], n_matches):
+        if leaf.size:
+            ahead = m + PF_SLOT
+            if ahead < n_matches:
+                _prefetch_keys(build, leaf, matches, ahead, parent, table, pf_ch, pf_slots,
+                               ahead % PF_RING)
+            ahead = m + PF_NODE
+            if ahead < n_matches:
+                for i in range(leaf.size):
+                    slot = pf_slots[ahead % PF_RING, i]
+                    if slot >= 0 and slot < table.size:
+                        e = table[slot]
+                        if e != EMPTY:
+                            node = e & LOW32
+                            prefetch(children, node)
+                            prefetch(n_cls, node)
+            ahead = m + PF_CLASS
+            if ahead < n_matches:
+                for i in range(leaf.size):
+                    slot = pf_slots[ahead % PF_RING, i]
+                    if slot >= 0 and slot < table.size:
+                        e = table[slot]
+                        if e != EMPTY:
+                            prefetch(parent, n_cls[e & LOW32])
         if (meta[M_NODES] + per_nodes > nodes.shape[1] or meta[M_USES] + per_uses > uses.shape[1]
                 or 2 * (meta[M_NODES] - meta[M_DEAD] + per_nodes) > table.size
                 or lit_count[0] + per_nodes >= lit_rows.shape[0]):
             stats[3] = m
             stats[4] = n_unions
             return -2
-        match = matches[m]
         ok = True
         for i in range(conds.size):
             e = conds[i]
-            sp = _eval(expr_code, exprs[e, 0], exprs[e, 1], stack, match, classes, nodes,
+            sp = _eval(expr_code, exprs[e, 0], exprs[e, 1], stack, matches, m, classes, nodes,
                        lit_rows, tmp)
             if sp < 0 or stack[sp - 1] == 0:
                 ok = False
@@ -341,11 +416,11 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
         for i in range(checks.shape[0]):
             if not ok:
                 break
-            if not _expr_row(expr_code, exprs, checks[i, 0], stack, match, classes, nodes,
+            if not _expr_row(expr_code, exprs, checks[i, 0], stack, matches, m, classes, nodes,
                              lit_rows, tmp, out):
                 ok = False
                 break
-            tid = _class_row(classes, nodes, lit_rows, find(parent, match[checks[i, 1]]), tmp)
+            tid = _class_row(classes, nodes, lit_rows, find(parent, matches[m, checks[i, 1]]), tmp)
             if tid != T_LIT:
                 ok = False
                 break
@@ -361,7 +436,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
         for s in range(k):
             kind = build[s, 0]
             if kind == B_VAR or kind == B_CONST:
-                c = find(parent, match[build[s, 1]]) if kind == B_VAR else find(parent, build[s, 1])
+                c = find(parent, matches[m, build[s, 1]]) if kind == B_VAR else find(parent, build[s, 1])
                 slot_class[s] = c
                 tid = classes[C_TYPE, c]
                 slot_tid[s] = tid
@@ -373,7 +448,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                     ready[s] = False
                     slot_key[s] = tid if tid >= 0 else -2
             elif kind == B_EXPR:
-                if not _expr_row(expr_code, exprs, build[s, 1], stack, match, classes, nodes,
+                if not _expr_row(expr_code, exprs, build[s, 1], stack, matches, m, classes, nodes,
                                  lit_rows, tmp, rows[s]):
                     ok = False
                     break
@@ -458,7 +533,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                     return -1
                 slot_class[s] = c
         for i in range(n_src):
-            a = find(parent, match[i])
+            a = find(parent, matches[m, i])
             b = find(parent, slot_class[targets[i]])
             if a != b:
                 unions[n_unions, 0] = a
