@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .hashcons import lookup_or_insert
-from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
-                     C_UTAIL, CLASS_COLS, EMPTY, F_DEAD, M_DEAD, M_NODES, M_USES, MAXA, N_CLS,
-                     N_EPOCH, N_FLAGS, N_NCH, N_NEXT, N_OP, N_PAYLOAD, U_NEXT, U_NODE)
+from .hashcons import link_parent, lookup_or_insert
+from .layout import (C_HEAD, C_PARENT, C_SIZE, C_TAIL, C_UHEAD, C_UTAIL, CLASS_COLS, EMPTY, F_DEAD,
+                     M_DEAD, M_NODES, M_USES, MAXA, N_CLS, N_EPOCH, N_FLAGS, N_NCH, N_NEXT, N_OP,
+                     N_PAYLOAD)
 from .unionfind import find
 
 
@@ -80,14 +80,7 @@ def compact(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, new_cl
     # hash-cons
     u = 0
     for y in range(live):
-        for j in range(nodes[N_NCH, y]):
-            c = children[y, j]
-            uses[U_NODE, u] = y
-            uses[U_NEXT, u] = new_classes[C_UHEAD, c]
-            if new_classes[C_UHEAD, c] == EMPTY:
-                new_classes[C_UTAIL, c] = u
-            new_classes[C_UHEAD, c] = u
-            u += 1
+        u = link_parent(uses, new_classes, children, y, nodes[N_NCH, y], u)
         lookup_or_insert(table, nodes, children, y)
     meta[M_NODES] = live
     meta[M_USES] = u

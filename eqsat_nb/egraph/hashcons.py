@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
-                     C_UTAIL, EMPTY, ERR_ADD_TYPE, F_DEAD, K_CONST_LEAF, K_INPUT, M_CLASSES,
+                     C_UTAIL, EMPTY, ERR_ADD_TYPE, K_CONST_LEAF, K_INPUT, M_CLASSES,
                      M_EPOCH, M_ERR, M_ERR_A, M_ERR_B, M_NODES, M_USES, MAXA, N_CLS, N_EPOCH, N_FLAGS,
                      N_NCH, N_NEXT, N_OP, N_PAYLOAD, T_UNKNOWN, U_NEXT, U_NODE)
 from .unionfind import find_cls
@@ -160,6 +160,22 @@ def rehash(table: np.ndarray, old: np.ndarray) -> None:
 
 
 @njit(cache=True, inline="always")
+def link_parent(uses: np.ndarray, classes: np.ndarray, children: np.ndarray, n: int, nch: int,
+                u: int) -> int:
+    """Prepend node n to the parent list of each of its `nch` children (entries from `u` on);
+    returns the next free entry."""
+    for k in range(nch):
+        c = children[n, k]
+        uses[U_NODE, u] = n
+        uses[U_NEXT, u] = classes[C_UHEAD, c]
+        if classes[C_UHEAD, c] == EMPTY:
+            classes[C_UTAIL, c] = u
+        classes[C_UHEAD, c] = u
+        u += 1
+    return u
+
+
+@njit(cache=True, inline="always")
 def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
              table: np.ndarray, meta: np.ndarray, op_kind: np.ndarray, op: int, payload: int,
              kids: np.ndarray, nch: int, tid: int) -> int:
@@ -208,16 +224,7 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
     classes[C_TYPE, n] = tid
     classes[C_CONST, n] = 1 if const else 0
     classes[C_STAMP, n] = 0
-    u = meta[M_USES]
-    for k in range(nch):                  # prepend n to each child's parent list
-        c = children[n, k]
-        uses[U_NODE, u] = n
-        uses[U_NEXT, u] = classes[C_UHEAD, c]
-        if classes[C_UHEAD, c] == EMPTY:
-            classes[C_UTAIL, c] = u
-        classes[C_UHEAD, c] = u
-        u += 1
-    meta[M_USES] = u
+    meta[M_USES] = link_parent(uses, classes, children, n, nch, meta[M_USES])
     meta[M_NODES] = n + 1
     meta[M_CLASSES] += 1
     return n

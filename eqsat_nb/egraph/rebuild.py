@@ -89,6 +89,28 @@ def _all_children_const(nodes: np.ndarray, children: np.ndarray, classes: np.nda
     return True
 
 
+@njit(cache=True, inline="always")
+def _settle(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
+            table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
+            p: int, rehash: bool) -> bool:
+    """After p's children were re-canonicalized: (if `rehash`) put p back in the hash-cons, where
+    a congruent node kills p and merges the two classes; then queue p's class if p makes it
+    constant. False on a type conflict."""
+    if rehash:
+        m = lookup_or_insert(table, nodes, children, p)
+        if m >= 0:
+            nodes[N_FLAGS, p] |= F_DEAD
+            meta[M_DEAD] += 1
+            if union(nodes, classes, uses, pending, meta, nodes[N_CLS, m], nodes[N_CLS, p]) < 0:
+                return False
+    pc = find_cls(classes, nodes[N_CLS, p])
+    if classes[C_CONST, pc] == 0 and _all_children_const(nodes, children, classes, op_kind, p):
+        classes[C_CONST, pc] = 1
+        pending[meta[M_PENDING]] = pc
+        meta[M_PENDING] += 1
+    return True
+
+
 @njit(cache=True)
 def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
             table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
@@ -132,18 +154,8 @@ def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
                 if kid != children[p, k]:
                     children[p, k] = kid
             nodes[N_EPOCH, p] = meta[M_EPOCH]
-            m = lookup_or_insert(table, nodes, children, p)
-            if m >= 0:
-                nodes[N_FLAGS, p] |= F_DEAD
-                meta[M_DEAD] += 1
-                if union(nodes, classes, uses, pending, meta, nodes[N_CLS, m],
-                         nodes[N_CLS, p]) < 0:
-                    return False
-        pc = find(parent, nodes[N_CLS, p])
-        if classes[C_CONST, pc] == 0 and _all_children_const(nodes, children, classes, op_kind, p):
-            classes[C_CONST, pc] = 1
-            pending[meta[M_PENDING]] = pc
-            meta[M_PENDING] += 1
+        if not _settle(nodes, children, classes, uses, table, pending, meta, op_kind, p, stale):
+            return False
     return True
 
 
@@ -178,17 +190,8 @@ def _recanonicalize_all(nodes: np.ndarray, children: np.ndarray, classes: np.nda
                 stale = True
         if stale:
             nodes[N_EPOCH, p] = meta[M_EPOCH]
-        m = lookup_or_insert(table, nodes, children, p)
-        if m >= 0:
-            nodes[N_FLAGS, p] |= F_DEAD
-            meta[M_DEAD] += 1
-            if union(nodes, classes, uses, pending, meta, nodes[N_CLS, m], nodes[N_CLS, p]) < 0:
-                return False
-        pc = find(parent, nodes[N_CLS, p])
-        if classes[C_CONST, pc] == 0 and _all_children_const(nodes, children, classes, op_kind, p):
-            classes[C_CONST, pc] = 1
-            pending[meta[M_PENDING]] = pc
-            meta[M_PENDING] += 1
+        if not _settle(nodes, children, classes, uses, table, pending, meta, op_kind, p, True):
+            return False
     return True
 
 

@@ -307,6 +307,15 @@ def _leaf_slots(build: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, inline="always")
+def _slot_node(table: np.ndarray, slot: int) -> int:
+    """The node stored at a prefetched hash-cons slot, or -1 (no slot recorded, or empty)."""
+    if slot < 0 or slot >= table.size:
+        return -1
+    e = table[slot]
+    return -1 if e == EMPTY else e & LOW32
+
+
+@njit(cache=True, inline="always")
 def _prefetch_keys(build: np.ndarray, leaf: np.ndarray, matches: np.ndarray, m: int,
                    parent: np.ndarray, table: np.ndarray, ch: np.ndarray, slots: np.ndarray,
                    r: int) -> None:
@@ -384,21 +393,16 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
             ahead = m + PF_NODE
             if ahead < n_matches:
                 for i in range(leaf.size):
-                    slot = pf_slots[ahead % PF_RING, i]
-                    if slot >= 0 and slot < table.size:
-                        e = table[slot]
-                        if e != EMPTY:
-                            node = e & LOW32
-                            prefetch(children, node)
-                            prefetch(n_cls, node)
+                    node = _slot_node(table, pf_slots[ahead % PF_RING, i])
+                    if node >= 0:
+                        prefetch(children, node)
+                        prefetch(n_cls, node)
             ahead = m + PF_CLASS
             if ahead < n_matches:
                 for i in range(leaf.size):
-                    slot = pf_slots[ahead % PF_RING, i]
-                    if slot >= 0 and slot < table.size:
-                        e = table[slot]
-                        if e != EMPTY:
-                            prefetch(parent, n_cls[e & LOW32])
+                    node = _slot_node(table, pf_slots[ahead % PF_RING, i])
+                    if node >= 0:
+                        prefetch(parent, n_cls[node])
         if (meta[M_NODES] + per_nodes > nodes.shape[1] or meta[M_USES] + per_uses > uses.shape[1]
                 or 2 * (meta[M_NODES] - meta[M_DEAD] + per_nodes) > table.size
                 or lit_count[0] + per_nodes >= lit_rows.shape[0]):

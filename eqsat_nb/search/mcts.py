@@ -59,11 +59,11 @@ from ..egraph.store import EOP_NAMES, LIT as LIT_OP, EGraph
 from ..extract.dag import dag_cost
 from ..extract.problem import ExtractionProblem, egraph_choice, from_egraph
 from ..extract.run import extract
-from ..rules.compile import LIT as P_LIT, Program, compile_pattern
+from ..rules.compile import Program
 from ..rules.match import MatchIndex, search
 from ..rules.multi import canonical_key
 from ..rules.pattern import Rule
-from .saturate import Limits, _Compiled, compile_rules, run_iteration
+from .saturate import Limits, _Compiled, compile_rules, run_iteration, source_program
 
 FINAL_EXTRACTORS = ("ilp", "ocf")
 
@@ -228,17 +228,17 @@ class Context:
         self.misses = 0
         self.steps = 0
         # per action: indices into `self.patterns` of its source patterns
-        self.patterns: list[object] = []
-        self.programs: dict[int, Program] = {}         # pattern index -> program (all literals found)
+        # distinct source patterns: (pattern, canonical key, its variable renaming)
+        self.patterns: list[tuple[object, object, dict[str, str]]] = []
         key_index: dict[object, int] = {}
         self.action_patterns: list[tuple[int, ...]] = []
         for a in self.actions:
             idx = []
             for p in a.sources:
-                key = canonical_key(p)[0]
+                key, renaming = canonical_key(p)
                 if key not in key_index:
                     key_index[key] = len(self.patterns)
-                    self.patterns.append(p)
+                    self.patterns.append((p, key, renaming))
                 idx.append(key_index[key])
             self.action_patterns.append(tuple(idx))
 
@@ -247,16 +247,10 @@ class Context:
         self.cost_cache.clear()
         self.noop_cache.clear()
         self.pricer.clear()
-        self.programs.clear()
 
     def program(self, i: int, eg: EGraph) -> Program:
-        prog = self.programs.get(i)
-        if prog is None:
-            prog = compile_pattern(self.patterns[i], eg.lookup_literal, "$b_")
-            lits = prog.code[prog.code[:, 0] == P_LIT]
-            if not np.any(lits[:, 2] < 0):       # literal classes never change: reusable
-                self.programs[i] = prog
-        return prog
+        """Source pattern i compiled for `eg` (cached with the literal interner)."""
+        return source_program(eg, *self.patterns[i], "$b_")[0]
 
     def applicable(self, eg: EGraph) -> list[int]:
         """Actions all of whose source patterns match somewhere in `eg` (the rest: blacklist)."""

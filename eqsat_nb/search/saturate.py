@@ -229,7 +229,7 @@ def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_m
         key, renaming = canonical_key(pattern)
         hit = cache.get((key, prefix))
         if hit is None:
-            prog, renaming_of_prog = _program(eg, pattern, key, renaming, prefix)
+            prog, renaming_of_prog = source_program(eg, pattern, key, renaming, prefix)
             hit = (search(prog, index, since=since), prog.var_names, renaming_of_prog)
             cache[(key, prefix)] = hit
         rows, names, first = hit          # named after the first pattern with this key
@@ -251,7 +251,7 @@ def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_m
     return out
 
 
-def _program(eg: EGraph, pattern, key: object, renaming: dict[str, str],
+def source_program(eg: EGraph, pattern, key: object, renaming: dict[str, str],
              prefix: str) -> tuple[Program, dict[str, str]]:
     """The compiled pattern and the variable renaming of the pattern it was compiled from, cached
     with the literal interner: reused while every literal it names is in `eg` in the same class
