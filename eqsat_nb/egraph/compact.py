@@ -29,9 +29,20 @@ def compact(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, new_cl
     past the live count are left as given; `table` must be all EMPTY). Returns `new_class_of`:
     for every old id (node or class, canonical or not) the new id of its class."""
     n = meta[M_NODES]
+    new_class_of = np.empty(n, np.int32)
+    _compact(nodes, children, classes, new_classes, uses, table, meta,
+             np.full(n, EMPTY, np.int32), np.full(n, EMPTY, np.int32), new_class_of)
+    return new_class_of
+
+
+@njit(cache=True, _nrt=False)
+def _compact(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray,
+             new_classes: np.ndarray, uses: np.ndarray, table: np.ndarray, meta: np.ndarray,
+             new_id: np.ndarray, rep: np.ndarray, new_class_of: np.ndarray) -> None:
+    """compact over its workspace (new_id and rep all EMPTY), without reference counting (see
+    rules/apply._apply_rows): rep maps an old canonical class to the live node naming it."""
+    n = meta[M_NODES]
     parent = classes[C_PARENT]
-    new_id = np.full(n, EMPTY, np.int32)
-    rep = np.full(n, EMPTY, np.int32)         # old canonical class -> live node naming it
     live = 0
     for x in range(n):
         if nodes[N_FLAGS, x] & F_DEAD:
@@ -41,7 +52,6 @@ def compact(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, new_cl
         c = find(parent, nodes[N_CLS, x])
         if rep[c] == EMPTY or x == c:
             rep[c] = x
-    new_class_of = np.empty(n, np.int32)
     for x in range(n):
         new_class_of[x] = new_id[rep[find(parent, x)]]
     # class rows: analysis columns copied, lists rebuilt below
@@ -85,4 +95,3 @@ def compact(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, new_cl
     meta[M_NODES] = live
     meta[M_USES] = u
     meta[M_DEAD] = 0
-    return new_class_of

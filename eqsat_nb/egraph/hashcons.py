@@ -15,26 +15,40 @@ from .unionfind import find_cls
 
 
 @njit(cache=True, inline="always")
-def key_hash(op: int, payload: int, ch: np.ndarray, nch: int) -> np.uint64:
-    """Hash of a node key (op, payload, first nch children)."""
+def hash_start(op: int, payload: int) -> np.uint64:
+    """The hash of a node key before its children: see key_hash."""
     h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(op)
-    h = (h ^ np.uint64(payload & 0xFFFFFFFF)) * np.uint64(0xBF58476D1CE4E5B9)
-    for k in range(nch):
-        h = (h ^ np.uint64(ch[k])) * np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
+    return (h ^ np.uint64(payload & 0xFFFFFFFF)) * np.uint64(0xBF58476D1CE4E5B9)
+
+
+@njit(cache=True, inline="always")
+def hash_child(h: np.uint64, child: int) -> np.uint64:
+    """Mix the next child class into a key hash."""
+    h = (h ^ np.uint64(child)) * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+@njit(cache=True, inline="always")
+def hash_end(h: np.uint64) -> np.uint64:
     return h ^ (h >> np.uint64(29))
 
 
 @njit(cache=True, inline="always")
-def row_key_hash(op: int, payload: int, children: np.ndarray, n: int, nch: int) -> np.uint64:
-    """key_hash(op, payload, children[n], nch), reading the row in place (no row view: its
-    reference counting costs atomics in per-node kernels)."""
-    h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(op)
-    h = (h ^ np.uint64(payload & 0xFFFFFFFF)) * np.uint64(0xBF58476D1CE4E5B9)
+def key_hash(op: int, payload: int, ch: np.ndarray, nch: int) -> np.uint64:
+    """Hash of a node key (op, payload, first nch children)."""
+    h = hash_start(op, payload)
     for k in range(nch):
-        h = (h ^ np.uint64(children[n, k])) * np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
-    return h ^ (h >> np.uint64(29))
+        h = hash_child(h, ch[k])
+    return hash_end(h)
+
+
+@njit(cache=True, inline="always")
+def row_key_hash(op: int, payload: int, children: np.ndarray, n: int, nch: int) -> np.uint64:
+    """key_hash(op, payload, children[n], nch), reading the row in place."""
+    h = hash_start(op, payload)
+    for k in range(nch):
+        h = hash_child(h, children[n, k])
+    return hash_end(h)
 
 
 @njit(cache=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .hashcons import LOW32, key_hash, lookup_or_insert, remove
+from .hashcons import LOW32, hash_child, hash_end, hash_start, lookup_or_insert, remove
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
                      C_UTAIL, EMPTY, ERR_TYPE_MISMATCH, F_DEAD, K_INPUT, M_CLASSES, M_ERR,
                      M_DEAD, M_NODES, M_EPOCH, M_ERR_A, M_ERR_B, M_PENDING, M_STAMP, M_UNIONS, N_CLS,
@@ -63,7 +63,7 @@ def union(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.
     return a
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def union_pairs(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.ndarray,
                 meta: np.ndarray, pairs: np.ndarray) -> int:
     """Union every row (a, b) of `pairs`; returns how many merged, -1 on a type conflict."""
@@ -78,7 +78,7 @@ def union_pairs(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pendin
     return merged
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _all_children_const(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray,
                         op_kind: np.ndarray, p: int) -> bool:
     if op_kind[nodes[N_OP, p]] == K_INPUT or nodes[N_NCH, p] == 0:
@@ -111,7 +111,7 @@ def _settle(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
             table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
             c: int) -> bool:
@@ -159,7 +159,7 @@ def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _recanonicalize_all(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray,
                         uses: np.ndarray, table: np.ndarray, pending: np.ndarray, meta: np.ndarray,
                         op_kind: np.ndarray) -> bool:
@@ -170,15 +170,14 @@ def _recanonicalize_all(nodes: np.ndarray, children: np.ndarray, classes: np.nda
     parent = classes[C_PARENT]
     table[:] = EMPTY
     mask = table.size - 1
-    ch = np.empty(MAXA, np.int64)
     n = meta[M_NODES]
     for p in range(n):
         q = p + PF_AHEAD              # prefetch the slot where node q's look-up will start
         if q < n and not nodes[N_FLAGS, q] & F_DEAD:
-            nch = nodes[N_NCH, q]
-            for k in range(nch):
-                ch[k] = root(parent, children[q, k])
-            h = np.int64(key_hash(nodes[N_OP, q], nodes[N_PAYLOAD, q], ch, nch) & np.uint64(LOW32))
+            h = hash_start(nodes[N_OP, q], nodes[N_PAYLOAD, q])
+            for k in range(nodes[N_NCH, q]):
+                h = hash_child(h, root(parent, children[q, k]))
+            h = np.int64(hash_end(h) & np.uint64(LOW32))
             prefetch(table, h & mask)
         if nodes[N_FLAGS, p] & F_DEAD:
             continue
@@ -195,7 +194,7 @@ def _recanonicalize_all(nodes: np.ndarray, children: np.ndarray, classes: np.nda
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def rebuild(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
             table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray) -> int:
     """Restore congruence closure and a canonical hash-cons; returns the number of repairs,

@@ -454,7 +454,7 @@ def _shape_type(dtype: int, shape: np.ndarray, n: int, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)   # allocates; its callers may be compiled without NRT
 def _same_numel(x: np.ndarray, shape: np.ndarray) -> bool:
     """prod(x dims) == prod(shape values), all shape values > 0, exactly (no overflow): cancel
     common factors pairwise; the products are equal iff everything cancels to 1."""

@@ -191,13 +191,28 @@ def _class_row(classes: np.ndarray, nodes: np.ndarray, lit_rows: np.ndarray, c: 
                out: np.ndarray) -> int:
     """The type row of class c (or its literal row for literal classes); returns its C_TYPE."""
     tid = classes[C_TYPE, c]
-    if tid >= 0:
-        out[:] = lit_rows[tid]
-    elif tid == T_LIT:
-        out[:] = lit_rows[nodes[N_PAYLOAD, classes[C_HEAD, c]]]
+    if tid >= 0 or tid == T_LIT:
+        r = tid if tid >= 0 else nodes[N_PAYLOAD, classes[C_HEAD, c]]
+        for w in range(WIDTH):
+            out[w] = lit_rows[r, w]
     else:
         out[:] = 0
     return tid
+
+
+@njit(cache=True, inline="always")
+def _copy_row(dst: np.ndarray, i: int, src: np.ndarray, j: int) -> None:
+    """dst[i] = src[j], element by element (a row slice assignment may allocate a temporary,
+    which the kernels compiled without NRT cannot)."""
+    for w in range(dst.shape[1]):
+        dst[i, w] = src[j, w]
+
+
+@njit(cache=True, inline="always")
+def _set_row(dst: np.ndarray, i: int, src: np.ndarray) -> None:
+    """dst[i] = src (1-D), element by element (see _copy_row)."""
+    for w in range(dst.shape[1]):
+        dst[i, w] = src[w]
 
 
 @njit(cache=True)
@@ -351,6 +366,39 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
     the node, parent-list, hash-cons or literal arrays lack room for one more match (the caller
     grows them and calls again). Returns the number of pairs, or -1 on a type conflict
     (meta[M_ERR])."""
+    k = build.shape[0]
+    leaf = _leaf_slots(build)
+    return _apply_rows(nodes, children, classes, uses, table, pending, meta, op_kind, lit_rows,
+                       lit_table, lit_count, consts, build, targets, expr_code, exprs, conds,
+                       checks, matches, stats, unions, leaf,
+                       np.zeros((k, WIDTH), np.int64), np.empty(k, np.int64),
+                       np.empty(k, np.int32), np.empty(k, np.int64), np.zeros(k, np.bool_),
+                       np.zeros(k, np.bool_), np.empty((k, MAXA), np.int64),
+                       np.zeros((k, WIDTH), np.int64), np.empty(k, np.int64),
+                       np.empty(64, np.int64), np.empty(WIDTH, np.int64),
+                       np.empty((MAXA, WIDTH), np.int64), np.empty((MAXA, WIDTH), np.int64),
+                       np.empty((2, WIDTH), np.int64), np.empty(MAXA, np.int32),
+                       np.empty(WIDTH, np.int64),
+                       np.full((PF_RING, max(leaf.size, 1)), -1, np.int64),
+                       np.empty(MAXA, np.int64))
+
+
+@njit(cache=True, _nrt=False)
+def _apply_rows(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
+                table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
+                lit_rows: np.ndarray, lit_table: np.ndarray, lit_count: np.ndarray,
+                consts: np.ndarray, build: np.ndarray, targets: np.ndarray,
+                expr_code: np.ndarray, exprs: np.ndarray, conds: np.ndarray,
+                checks: np.ndarray, matches: np.ndarray, stats: np.ndarray,
+                unions: np.ndarray, leaf: np.ndarray, rows: np.ndarray, slot_tid: np.ndarray,
+                slot_class: np.ndarray, slot_key: np.ndarray, cached: np.ndarray,
+                ready: np.ndarray, cache_key: np.ndarray, cache_row: np.ndarray,
+                cache_tid: np.ndarray, stack: np.ndarray, tmp: np.ndarray, attrs: np.ndarray,
+                ins: np.ndarray, sattrs: np.ndarray, kids: np.ndarray, out: np.ndarray,
+                pf_slots: np.ndarray, pf_ch: np.ndarray) -> int:
+    """apply_matches over its workspace. Compiled without reference counting (NRT), as are the
+    helpers it inlines: Numba would count every array handed to an inlined helper, two atomic
+    updates per array per call, as much time as the rest of the work."""
     n_unions = stats[4]
     parent = classes[C_PARENT]
     k = build.shape[0]
@@ -362,26 +410,6 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
         if build[s, 0] == B_NODE:
             per_uses += build[s, 2]
     n_src = targets.size
-    rows = np.zeros((k, WIDTH), np.int64)
-    slot_tid = np.empty(k, np.int64)
-    slot_class = np.empty(k, np.int32)
-    slot_key = np.empty(k, np.int64)          # what a node slot's type depends on, per child
-    cached = np.zeros(k, np.bool_)
-    ready = np.zeros(k, np.bool_)             # rows[s] holds slot s's row (else made on demand)
-    cache_key = np.empty((k, MAXA), np.int64)
-    cache_row = np.zeros((k, WIDTH), np.int64)
-    cache_tid = np.empty(k, np.int64)
-    stack = np.empty(64, np.int64)
-    tmp = np.empty(WIDTH, np.int64)
-    attrs = np.empty((MAXA, WIDTH), np.int64)
-    ins = np.empty((MAXA, WIDTH), np.int64)
-    kids = np.empty(MAXA, np.int32)
-    out = np.empty(WIDTH, np.int64)
-    # memory-level parallelism: the look-ups of later matches' leaf nodes are prefetched while
-    # this one is applied (reads only: the e-graph and the results are the same without)
-    leaf = _leaf_slots(build)
-    pf_slots = np.full((PF_RING, max(leaf.size, 1)), -1, np.int64)
-    pf_ch = np.empty(MAXA, np.int64)
     n_cls = nodes[N_CLS]
     n_matches = matches.shape[0]
     for m in range(stats[3], n_matches):
@@ -478,7 +506,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                     child = build[s, 4 + j]
                     if not ready[child]:
                         if build[child, 0] == B_NODE:
-                            rows[child, :] = cache_row[child]
+                            _copy_row(rows, child, cache_row, child)
                         else:
                             _class_row(classes, nodes, lit_rows, slot_class[child], rows[child])
                         ready[child] = True
@@ -487,17 +515,16 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                 for j in range(nch):
                     child = build[s, 4 + j]
                     if slot_tid[child] == T_LIT:
-                        attrs[nattr, :] = rows[child]
+                        _copy_row(attrs, nattr, rows, child)
                         nattr += 1
                     else:
-                        ins[nin, :] = rows[child]
+                        _copy_row(ins, nin, rows, child)
                         nin += 1
                 out[:] = 0
                 if op == PROJ:
                     split = build[s, 5]
-                    sattrs = np.empty((2, WIDTH), np.int64)
-                    sattrs[0, :] = rows[build[split, 4]]
-                    sattrs[1, :] = rows[build[split, 5]]
+                    _copy_row(sattrs, 0, rows, build[split, 4])
+                    _copy_row(sattrs, 1, rows, build[split, 5])
                     good = infer_proj(attrs[0, 2], sattrs, rows[build[split, 6]], out) == 1
                 else:
                     good = infer_row(op, attrs, nattr, ins, nin, consts, out) == 1
@@ -505,7 +532,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                     cached[s] = False
                     ok = False
                     break
-                rows[s, :] = out
+                _set_row(rows, s, out)
                 ready[s] = True
                 if op == SPLIT:
                     slot_tid[s] = T_TUPLE
@@ -514,7 +541,7 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                     tid = intern_row(lit_rows, lit_table, lit_count, out)
                     slot_tid[s] = tid
                     slot_key[s] = tid if op != PROJ else -1
-                    cache_row[s, :] = out
+                    _set_row(cache_row, s, out)
                     cache_tid[s] = tid
                     cached[s] = op != PROJ
         if not ok:

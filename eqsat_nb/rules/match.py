@@ -18,25 +18,38 @@ from .compile import BIND, EQ, LIT, Program
 @njit(cache=True)
 def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.ndarray,
                 cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
-                classes: np.ndarray, since: int, out: np.ndarray, new_first: bool = False) -> int:
-    """Match the program at every class in `roots`; write (root, vars...) rows into `out`.
-    Only matches using a node whose row changed at epoch >= `since` are written (semi-naive:
-    a match of unchanged rows was found, and applied, by the previous search).
-    `new_first`: the index lists each class's new nodes of an op before its old ones
+                classes: np.ndarray, since: int, out: np.ndarray, new_first: bool,
+                count: int, first_root: int) -> tuple[int, int, int]:
+    """Match the program at the classes roots[first_root:]; write (root, vars...) rows into
+    `out` from row `count` on. Only matches using a node whose row changed at epoch >= `since`
+    are written (semi-naive: a match of unchanged rows was found, and applied, by the previous
+    search). `new_first`: the index lists each class's new nodes of an op before its old ones
     (build_index with the same `since`), so the last node of a match is looked for among the
     new ones only when the match has no new node yet.
-    Returns the number of matches, or -(rows written) - 1 when `out` filled up."""
+    Returns (rows written in all, the root index to resume at, the rows written before that
+    root's): the root index is roots.size when every root was matched, else `out` filled up
+    while matching it (resume there with a larger `out` holding the rows before it)."""
+    return _run_program(code, var_regs, roots, cstart, cnodes, nodes, children, classes, since,
+                        out, new_first, count, first_root, np.empty(nregs, np.int32),
+                        np.empty(code.shape[0], np.int32), np.empty(code.shape[0], np.int32))
+
+
+@njit(cache=True, _nrt=False)
+def _run_program(code: np.ndarray, var_regs: np.ndarray, roots: np.ndarray, cstart: np.ndarray,
+                 cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
+                 classes: np.ndarray, since: int, out: np.ndarray, new_first: bool, count: int,
+                 first_root: int, regs: np.ndarray, stack_pc: np.ndarray,
+                 stack_pos: np.ndarray) -> tuple[int, int, int]:
+    """run_program over its registers and backtracking stack, without reference counting (see
+    apply._apply_rows)."""
     parent = classes[C_PARENT]
     last_bind = -1
     for i in range(code.shape[0]):
         if code[i, 0] == BIND:
             last_bind = i
-    regs = np.empty(nregs, np.int32)
-    stack_pc = np.empty(code.shape[0], np.int32)
-    stack_pos = np.empty(code.shape[0], np.int32)
-    count = 0
     nvars = var_regs.size
-    for r in range(roots.size):
+    for r in range(first_root, roots.size):
+        before = count
         regs[0] = roots[r]
         pc = 0
         sp = 0
@@ -90,7 +103,7 @@ def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.nd
                     fresh = nodes[N_EPOCH, cnodes[stack_pos[q]]] >= since
                 if fresh:
                     if count >= out.shape[0]:
-                        return -count - 1
+                        return count, r, before
                     out[count, 0] = regs[0]
                     for v in range(nvars):
                         out[count, 1 + v] = regs[var_regs[v]]
@@ -105,7 +118,7 @@ def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.nd
             sp -= 1
             pc = stack_pc[sp]
             pos = stack_pos[sp]
-    return count
+    return count, roots.size, count
 
 
 class MatchIndex:
@@ -130,14 +143,17 @@ def search(prog: Program, index: MatchIndex, limit: int | None = None,
     eg = index.eg
     roots = index.classes_with(prog.root_op)
     cap = limit if limit is not None else max(64, 4 * roots.size)
+    out = np.empty((cap, 1 + len(prog.var_names)), np.int32)
+    count, first = 0, 0
     while True:
-        out = np.empty((cap, 1 + len(prog.var_names)), np.int32)
-        got = run_program(prog.code, prog.nregs, prog.var_regs, roots, index.cstart,
-                          index.cnodes, eg.nodes, eg.children, eg.classes, since, out,
-                          since > 0 and index.since == since)
-        if got >= 0:
+        got, first, count = run_program(prog.code, prog.nregs, prog.var_regs, roots,
+                                        index.cstart, index.cnodes, eg.nodes, eg.children,
+                                        eg.classes, since, out,
+                                        since > 0 and index.since == since, count, first)
+        if first == roots.size or limit is not None:
             return out[:got]
-        if limit is not None:
-            return out[: -got - 1]
-        cap *= 4
-
+        # full while matching roots[first]: keep the rows before it, go on with a larger buffer
+        # (the roots already matched are not searched again)
+        grown = np.empty((len(out) * 4, out.shape[1]), np.int32)
+        grown[:count] = out[:count]
+        out = grown
