@@ -19,6 +19,7 @@ from .layout import (C_CONST, C_HEAD, C_PARENT, C_TYPE, CLASS_COLS, EMPTY, ERR_T
                      M_NODES, M_PENDING, M_UNIONS, M_USES, MAXA, META_SIZE, N_CLS, N_FLAGS,
                      N_NCH, N_NEXT, N_OP, N_PAYLOAD, NODE_COLS, T_LIT, T_TUPLE, T_UNKNOWN)
 from .literals import Literals
+from .memory import fresh
 from .rebuild import rebuild, union_pairs
 from .unionfind import find, find_all
 
@@ -47,12 +48,12 @@ class EGraph:
     def __init__(self, capacity: int = 1024, literals: Literals | None = None) -> None:
         cap = max(16, capacity)
         self.lits = literals if literals is not None else Literals()
-        self.nodes = np.zeros((NODE_COLS, cap), np.int32)
-        self.children = np.full((cap, MAXA), EMPTY, np.int32)
-        self.classes = np.zeros((CLASS_COLS, cap), np.int32)
-        self.uses = np.zeros((2, cap * 2), np.int32)
-        self.table = np.full(_pow2(2 * cap), EMPTY, np.int64)   # see hashcons.LOW32
-        self.pending = np.zeros(2 * cap + 16, np.int32)
+        self.nodes = fresh((NODE_COLS, cap), np.int32)
+        self.children = fresh((cap, MAXA), np.int32, EMPTY)
+        self.classes = fresh((CLASS_COLS, cap), np.int32)
+        self.uses = fresh((2, cap * 2), np.int32)
+        self.table = fresh(_pow2(2 * cap), np.int64, EMPTY)   # see hashcons.LOW32
+        self.pending = fresh(2 * cap + 16, np.int32)
         self.meta = np.zeros(META_SIZE, np.int64)
         self.roots: list[int] = []
         self.inputs: list[tuple[str, int]] = []    # graph inputs in order: (value name, class)
@@ -77,8 +78,11 @@ class EGraph:
     def capacity(self) -> int:
         return self.nodes.shape[1]
 
-    def reserve(self, extra_nodes: int, extra_uses: int | None = None) -> None:
-        """Make room for `extra_nodes` more nodes (and their parent-list entries)."""
+    def reserve(self, extra_nodes: int, extra_uses: int | None = None,
+                extra_keys: int | None = None) -> None:
+        """Make room for `extra_nodes` more nodes (and their parent-list entries), of which the
+        hash-cons must hold `extra_keys` (default all: a caller that reserves for a worst case
+        grows the table, which is filled when made, by what it expects)."""
         need = self.num_nodes + extra_nodes
         if need > self.capacity:
             cap = self.capacity
@@ -87,12 +91,12 @@ class EGraph:
             n = self.num_nodes             # only the used prefix is copied
             self.nodes = _grow(self.nodes, cap, n)
             # rows past num_nodes are unused (add_node writes a whole row): left unfilled
-            children = np.empty((cap, MAXA), np.int32)
+            children = fresh((cap, MAXA), np.int32)
             children[:n] = self.children[:n]
             self.children = children
             self.classes = _grow(self.classes, cap, n)
             queued = int(self.meta[M_PENDING])
-            pending = np.zeros(2 * cap + 16, np.int32)   # fresh pages: cheap
+            pending = fresh(2 * cap + 16, np.int32)   # untouched pages: cheap
             pending[:queued] = self.pending[:queued]
             self.pending = pending
         uses_need = int(self.meta[M_USES]) + (extra_uses if extra_uses is not None
@@ -102,9 +106,10 @@ class EGraph:
             while ucap < uses_need:
                 ucap *= 2
             self.uses = _grow(self.uses, ucap, int(self.meta[M_USES]))
-        live = need - int(self.meta[M_DEAD])      # the table holds live nodes only
+        keys = extra_nodes if extra_keys is None else extra_keys
+        live = self.num_nodes + keys - int(self.meta[M_DEAD])   # the table holds live nodes only
         if 2 * live > self.table.size:            # load factor stays <= 1/2
-            old, self.table = self.table, np.full(_pow2(2 * live), EMPTY, np.int64)
+            old, self.table = self.table, fresh(_pow2(2 * live), np.int64, EMPTY)
             rehash(self.table, old)
 
     # ------------------------------------------------------------------ adding
@@ -184,7 +189,7 @@ class EGraph:
         live = self.num_nodes - int(self.meta[M_DEAD])
         size = _pow2(2 * max(live, 512))
         if 8 * size <= self.table.size:
-            old, self.table = self.table, np.full(size, EMPTY, np.int64)
+            old, self.table = self.table, fresh(size, np.int64, EMPTY)
             rehash(self.table, old)
 
     def compact(self) -> np.ndarray:
@@ -195,8 +200,8 @@ class EGraph:
         if self.meta[M_PENDING]:
             raise EGraphError("compact() needs a rebuilt e-graph (unions are pending)")
         live = self.num_nodes - int(self.meta[M_DEAD])
-        classes = np.zeros_like(self.classes)
-        self.table = np.full(_pow2(2 * max(live, 512)), EMPTY, np.int64)
+        classes = fresh(self.classes.shape, self.classes.dtype)
+        self.table = fresh(_pow2(2 * max(live, 512)), np.int64, EMPTY)
         new_class_of = compact(self.nodes, self.children, self.classes, classes, self.uses,
                                self.table, self.meta)
         old_parent, self.classes = self.classes[C_PARENT], classes
@@ -315,6 +320,6 @@ def _grow(arr: np.ndarray, cap: int, used: int) -> np.ndarray:
     """A copy of 2-D `arr` (columns along axis 1) with `cap` columns, of which the first `used`
     are copied; zeros come from fresh pages the OS zeroes on first touch, so unused capacity
     costs nothing."""
-    out = np.zeros((arr.shape[0], cap), arr.dtype)
+    out = fresh((arr.shape[0], cap), arr.dtype)
     out[:, :used] = arr[:, :used]
     return out

@@ -24,7 +24,7 @@ from numba import njit
 from ..egraph.hashcons import LOW32, add_node, key_hash
 from ..egraph.intern import WIDTH, intern_row
 from ..egraph.layout import (C_HEAD, C_PARENT, C_TYPE, EMPTY, M_DEAD, M_NODES, M_USES, MAXA,
-                             N_CLS, N_PAYLOAD, T_LIT, T_TUPLE)
+                             N_CLS, N_OP, N_PAYLOAD, T_LIT, T_TUPLE)
 from ..egraph.literals import K_INT, K_INTS, K_TYPE
 from ..egraph.prefetch import prefetch
 from ..egraph.shapes_nb import infer_proj, infer_row
@@ -296,9 +296,10 @@ def _expr_row(code: np.ndarray, exprs: np.ndarray, e: int, stack: np.ndarray, ma
 
 
 # Prefetch distances (in matches) of the hash-cons look-ups of target nodes over match variables
-# only: the table slot of match m + PF_SLOT's key, then the node stored there for m + PF_NODE,
-# then that node's class's union-find entry for m + PF_CLASS.
-PF_SLOT, PF_NODE, PF_CLASS, PF_RING = 16, 8, 4, 32
+# only: the union-find and type entries of match m + PF_VARS's classes, the table slot of match
+# m + PF_SLOT's key, then the node stored there for m + PF_NODE (its key columns), then that
+# node's class's union-find and type entries for m + PF_CLASS.
+PF_VARS, PF_SLOT, PF_NODE, PF_CLASS, PF_RING = 24, 16, 8, 4, 32
 
 
 @njit(cache=True)
@@ -412,7 +413,15 @@ def _apply_rows(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, us
     n_src = targets.size
     n_cls = nodes[N_CLS]
     n_matches = matches.shape[0]
+    n_op = nodes[N_OP]
+    n_payload = nodes[N_PAYLOAD]
+    c_type = classes[C_TYPE]
     for m in range(stats[3], n_matches):
+        ahead = m + PF_VARS
+        if ahead < n_matches:
+            for j in range(matches.shape[1]):
+                prefetch(parent, matches[ahead, j])
+                prefetch(c_type, matches[ahead, j])
         if leaf.size:
             ahead = m + PF_SLOT
             if ahead < n_matches:
@@ -425,12 +434,15 @@ def _apply_rows(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, us
                     if node >= 0:
                         prefetch(children, node)
                         prefetch(n_cls, node)
+                        prefetch(n_op, node)
+                        prefetch(n_payload, node)
             ahead = m + PF_CLASS
             if ahead < n_matches:
                 for i in range(leaf.size):
                     node = _slot_node(table, pf_slots[ahead % PF_RING, i])
                     if node >= 0:
                         prefetch(parent, n_cls[node])
+                        prefetch(c_type, n_cls[node])
         if (meta[M_NODES] + per_nodes > nodes.shape[1] or meta[M_USES] + per_uses > uses.shape[1]
                 or 2 * (meta[M_NODES] - meta[M_DEAD] + per_nodes) > table.size
                 or lit_count[0] + per_nodes >= lit_rows.shape[0]):

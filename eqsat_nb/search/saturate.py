@@ -291,9 +291,10 @@ def _uses_per_match(applier: Applier) -> int:
 def _apply(eg: EGraph, applier: Applier, rows: np.ndarray, consts: np.ndarray,
            st: RuleStats) -> np.ndarray:
     """Add the targets of every match; returns the class pairs to merge."""
-    # the kernel stops when the arrays lack room for one more match; they grow by what the
-    # remaining matches could need, at most about half the e-graph at a time (most targets of a
-    # large batch usually exist already, so reserving the worst case up front over-allocates)
+    # the kernel stops when the arrays lack room for one more match. The node-side arrays then
+    # grow at once to what all remaining matches could need (fresh pages cost nothing until
+    # used, and each growth copies every used row), at most 4x; the hash-cons, filled when made,
+    # and the literals grow by doubling (most targets of a large batch usually exist already)
     per = max(applier.new_nodes, 1)            # node and literal slots of the target
     per_uses = _uses_per_match(applier)
     stats = np.zeros(5, np.int64)
@@ -306,9 +307,11 @@ def _apply(eg: EGraph, applier: Applier, rows: np.ndarray, consts: np.ndarray,
                             applier.conds, applier.checks, rows, stats, unions)
         if got != -2:
             break
-        k = min(len(rows) - int(stats[3]), max(1024, eg.num_nodes // (2 * per)))
-        eg.reserve(k * per, k * per_uses)
-        eg.lits.reserve(k * per)
+        left = len(rows) - int(stats[3])
+        k = min(left, max(1024, 3 * eg.capacity // per))
+        live = eg.num_nodes - int(eg.meta[M_DEAD])
+        eg.reserve(k * per, k * per_uses, min(k * per, max(1024, live // 2)))
+        eg.lits.reserve(per + 1)
     if got < 0:
         try:
             eg._raise_kernel_error()
