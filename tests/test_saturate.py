@@ -144,8 +144,12 @@ def test_cycle_mask_equals_the_per_pair_search(model):
         rows = rng.choice(live, size=(600, n_roots + n_vars)).astype(np.int32)
         rows[:20, n_roots] = rows[:20, 0]
         var_cols = np.arange(n_roots, n_roots + n_vars, dtype=np.int64)
-        got = cycle_mask(rows, n_roots, var_cols, height, cstart, cnodes, eg.nodes, eg.children,
-                         eg.classes)
+        none = np.zeros(0, np.int64)
+        got, pstart, pcls = cycle_mask(rows, n_roots, var_cols, height, cstart, cnodes,
+                                       eg.nodes, eg.children, eg.classes, none, none)
+        again, *_ = cycle_mask(rows, n_roots, var_cols, height, cstart, cnodes, eg.nodes,
+                               eg.children, eg.classes, pstart, pcls)   # reversed edges reused
+        np.testing.assert_array_equal(again, got)
         want = np.ones(len(rows), bool)
         for i, row in enumerate(rows):
             for r in range(n_roots):

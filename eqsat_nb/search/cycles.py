@@ -153,23 +153,24 @@ def _parent_classes(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray,
 @njit(cache=True)
 def cycle_mask(matches: np.ndarray, n_roots: int, var_cols: np.ndarray, height: np.ndarray,
                cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
-               classes: np.ndarray) -> np.ndarray:
-    """keep[m] is False when applying match m would merge a class its targets read into one of
-    its roots' ancestors-or-self (a cycle).
+               classes: np.ndarray, pstart: np.ndarray, pcls: np.ndarray):
+    """(keep, pstart, pcls): keep[m] is False when applying match m would merge a class its
+    targets read into one of its roots' ancestors-or-self (a cycle).
 
     A variable no higher than the root cannot reach it (the common case: it sits below the
     root). Otherwise the root's ancestors are marked once, walking the reversed edges, and
     shared by every match with that root (a multi-pattern join pairs each root with thousands
-    of unrelated variables); `would_cycle` is the per-pair search this replaces."""
+    of unrelated variables); `would_cycle` is the per-pair search this replaces. The reversed
+    edges (`_parent_classes`) are built on first need unless given (`pstart` not empty): pass
+    back the ones returned while the index is the same (an iteration checks its rows in
+    blocks)."""
     parent = classes[C_PARENT]
     n = cstart.size - 1
     m = matches.shape[0]
     keep = np.ones(m, np.bool_)
     mark = np.zeros(n, np.int64)
     stack = np.empty(n + 1, np.int64)
-    pstart = np.zeros(0, np.int64)
-    pcls = np.zeros(0, np.int64)
-    have_parents = False
+    have_parents = pstart.size > 0
     stamp = 0
     roots = np.empty(m, np.int64)
     for r in range(n_roots):
@@ -186,6 +187,17 @@ def cycle_mask(matches: np.ndarray, n_roots: int, var_cols: np.ndarray, height: 
             if root != current:
                 current = root
                 marked = False
+                # heights rise strictly along edges, so a variable is an ancestor of the root
+                # through classes lower than itself: the walk up stops above the group's highest
+                top = height[root]
+                for j2 in range(j, m):
+                    i2 = order[j2]
+                    if roots[i2] != root:
+                        break
+                    for v in var_cols:
+                        h = height[find(parent, matches[i2, v])]
+                        if h > top:
+                            top = h
             for v in var_cols:
                 var = find(parent, matches[i, v])
                 if var == root:
@@ -206,7 +218,7 @@ def cycle_mask(matches: np.ndarray, n_roots: int, var_cols: np.ndarray, height: 
                         sp -= 1
                         for q in range(pstart[c], pstart[c + 1]):
                             pc = pcls[q]
-                            if mark[pc] != stamp:
+                            if mark[pc] != stamp and height[pc] <= top:
                                 mark[pc] = stamp
                                 sp += 1
                                 stack[sp] = pc
@@ -214,4 +226,4 @@ def cycle_mask(matches: np.ndarray, n_roots: int, var_cols: np.ndarray, height: 
                 if mark[var] == stamp:
                     keep[i] = False
                     break
-    return keep
+    return keep, pstart, pcls

@@ -155,6 +155,7 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     t0 = time.perf_counter()
     index = MatchIndex(eg, since)
     height = None
+    reversed_edges = [np.zeros(0, np.int64)] * 2    # cycle_mask's, built once per iteration
     if limits.filter_cycles:
         found = np.full(1, -1, np.int64)
         height = heights(index.cstart, index.cnodes, eg.nodes, eg.children, eg.classes, found)
@@ -174,8 +175,10 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
             if height is None or not len(block):
                 return block
             var_cols = np.arange(len(rule.sources), block.shape[1], dtype=np.int64)
-            keep = cycle_mask(block, len(rule.sources), var_cols, height, index.cstart,
-                              index.cnodes, eg.nodes, eg.children, eg.classes)
+            keep, pstart, pcls = cycle_mask(block, len(rule.sources), var_cols, height,
+                                            index.cstart, index.cnodes, eg.nodes, eg.children,
+                                            eg.classes, *reversed_edges)
+            reversed_edges[:] = [pstart, pcls]
             st.rejected_cycle += int(len(block) - keep.sum())
             return block[keep]
 
