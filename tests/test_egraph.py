@@ -1070,3 +1070,19 @@ def test_describe_type():
     eg = EGraph(capacity=16)
     assert eg.describe_type(T_LIT) == "a literal" and eg.describe_type(T_UNKNOWN) == "untyped"
     assert eg.describe_type(eg.type_id(T23)) == "tensor<2x3xf32>"
+
+
+def test_literal_classes_match_lookup_literal():
+    """The batched literal look-up (validating cached compiled patterns) answers as the
+    one-at-a-time one, -1 for a literal the e-graph lacks, after merges too."""
+    eg = EGraph()
+    values = [3, (1, 2), "same", 2.5]
+    for v in values:
+        eg.add_literal(v)
+    absent = eg.lits.literal("absent")            # interned, but no node in this e-graph
+    ids = np.array([eg.lits.literal(v) for v in values] + [absent], np.int64)
+    want = [eg.lookup_literal(v) for v in values] + [-1]
+    assert eg.literal_classes(ids).tolist() == want
+    eg.union(eg.lookup_literal(3), eg.lookup_literal(2.5))
+    eg.rebuild()
+    assert eg.literal_classes(ids).tolist() == [eg.lookup_literal(v) for v in values] + [-1]

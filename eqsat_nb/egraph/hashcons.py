@@ -98,6 +98,19 @@ def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int
         slot = (slot + 1) & mask
 
 
+@njit(cache=True)
+def leaf_classes(table: np.ndarray, nodes: np.ndarray, children: np.ndarray,
+                 classes: np.ndarray, op: int, payloads: np.ndarray) -> np.ndarray:
+    """The canonical class of each childless node (op, payload), or -1 where there is none:
+    checking many literals at once (a compiled pattern's cache entry is validated per use)."""
+    out = np.empty(payloads.size, np.int64)
+    ch = np.empty(0, np.int32)
+    for i in range(payloads.size):
+        m = find_key(table, nodes, children, op, payloads[i], ch, 0)
+        out[i] = -1 if m < 0 else find_cls(classes, nodes[N_CLS, m])
+    return out
+
+
 @njit(cache=True, inline="always")
 def _probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, payload: int,
            n: int, h: np.int64) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.ops import OP_NAMES
 from .compact import compact
-from .hashcons import add_nodes, find_key, rehash
+from .hashcons import add_nodes, find_key, leaf_classes, rehash
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_TYPE, CLASS_COLS, EMPTY, ERR_TYPE_MISMATCH, F_DEAD,
                      F_FILTERED,
                      K_CONST_LEAF, K_INPUT, K_PLAIN, M_CLASSES, M_DEAD, M_ERR, M_ERR_A, M_ERR_B,
@@ -154,6 +154,12 @@ class EGraph:
     def lookup_literal(self, value: Any) -> int:
         """The class of an attribute literal if the e-graph has it, else -1."""
         return self.lookup("lit", (), self.lits.literal(value))
+
+    def literal_classes(self, literal_ids: np.ndarray) -> np.ndarray:
+        """lookup_literal for literals already interned (ids from `self.lits.literal`), all at
+        once: int64 classes, -1 where the e-graph lacks one."""
+        return leaf_classes(self.table, self.nodes, self.children, self.classes, EOP_IDS["lit"],
+                            np.ascontiguousarray(literal_ids, np.int64))
 
     def add_literal(self, value: Any) -> int:
         """The class of an attribute literal (int, float, bool, str or tuple of ints)."""

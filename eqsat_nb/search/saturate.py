@@ -255,24 +255,27 @@ def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_m
 
 
 def source_program(eg: EGraph, pattern, key: object, renaming: dict[str, str],
-             prefix: str) -> tuple[Program, dict[str, str]]:
+                   prefix: str) -> tuple[Program, dict[str, str]]:
     """The compiled pattern and the variable renaming of the pattern it was compiled from, cached
     with the literal interner: reused while every literal it names is in `eg` in the same class
     (MCTS runs one rule at a time thousands of times on snapshots of one e-graph)."""
     cache_key = ("program", key, prefix)
     got = eg.lits.derived.get(cache_key)
-    if got is not None and all(eg.lookup_literal(v) == c for v, c in got[2]):
+    if got is not None and np.array_equal(eg.literal_classes(got[2]), got[3]):
         return got[0], got[1]
-    seen: list[tuple[object, int]] = []
+    ids: list[int] = []
+    found: list[int] = []
 
     def literal_class(value: object) -> int:
-        c = eg.lookup_literal(value)
-        seen.append((value, c))
-        return c
+        lid = eg.lits.literal(value)
+        ids.append(lid)
+        found.append(eg.lookup("lit", (), lid))
+        return found[-1]
 
     prog = compile_pattern(pattern, literal_class, prefix)
-    if all(c >= 0 for _, c in seen):      # a missing literal: no match now, another later
-        eg.lits.derived[cache_key] = (prog, renaming, seen)
+    if all(c >= 0 for c in found):      # a missing literal: no match now, another later
+        eg.lits.derived[cache_key] = (prog, renaming, np.array(ids, np.int64),
+                                      np.array(found, np.int64))
     return prog, renaming
 
 
