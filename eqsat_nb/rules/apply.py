@@ -399,7 +399,14 @@ def _apply_rows(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, us
                 pf_slots: np.ndarray, pf_ch: np.ndarray) -> int:
     """apply_matches over its workspace. Compiled without reference counting (NRT), as are the
     helpers it inlines: Numba would count every array handed to an inlined helper, two atomic
-    updates per array per call, as much time as the rest of the work."""
+    updates per array per call, as much time as the rest of the work.
+
+    Per build slot s: rows[s] its type or literal row when ready[s] (else made on demand),
+    slot_tid / slot_class its type id and class, slot_key what a node slot's type depends on;
+    cached / cache_key / cache_row / cache_tid the last inferred type of a node slot and the keys
+    it was inferred from. pf_slots is the ring of prefetched hash-cons slots of the leaf slots'
+    look-ups (memory-level parallelism: later matches' look-ups are prefetched while this one is
+    applied; reads only, the results are the same without)."""
     n_unions = stats[4]
     parent = classes[C_PARENT]
     k = build.shape[0]
