@@ -941,12 +941,33 @@ _MAPPERS: dict[str, Callable[[_Importer, int, Any], None]] = {
 MAPPED_OPS: frozenset[str] = frozenset(_MAPPERS) | {"Constant", "Identity"}
 
 
+@dataclass
+class OnnxImport:
+    """What an import gives the exporter besides the graph: the model it came from and, for every
+    ONNX value that became an IR value, its SSA name (several ONNX names may share one SSA value,
+    e.g. through Identity). The splicing exporter writes the original nodes back for every value
+    the optimizer left alone."""
+
+    graph: Graph
+    weights: dict[str, np.ndarray]
+    model: Any
+    ssa_of: dict[str, str]          # ONNX value name → SSA value of `graph`
+
+
 def from_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
               check: bool = True, constants: Mapping[str, np.ndarray] | None = None
               ) -> tuple[Graph, dict[str, np.ndarray]]:
     """Import an in-memory onnx.ModelProto (see `load_onnx`). `constants` freezes graph inputs
     to known values (e.g. a Reshape's target shape fed as an input), which lets ops whose
     parameters are inputs map onto the table."""
+    r = import_onnx(model, source, dims, check, constants)
+    return r.graph, r.weights
+
+
+def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
+                check: bool = True, constants: Mapping[str, np.ndarray] | None = None
+                ) -> OnnxImport:
+    """`from_onnx` with the provenance the splicing exporter needs (see OnnxImport)."""
     import onnx
     from onnx import numpy_helper
 
@@ -977,7 +998,9 @@ def from_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | Non
     # the exported weights_as_inputs form: weights without values (drawn at random when run)
     for name in imp.meta_weight_inputs:
         imp.weights.pop(imp.meta_names[name][0], None)
-    return graph, weights
+    present = graph.types()
+    ssa_of = {k: v for k, v in {**imp.value, **imp.weight_ssa}.items() if v in present}
+    return OnnxImport(graph, weights, model, ssa_of)
 
 
 def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None
@@ -985,6 +1008,12 @@ def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None
     """Read an ONNX file: the IR graph and the weight values by weight name. Symbolic input
     dimensions take `dims[name]`, else DEFAULT_DIM (1). Any problem is a TirError naming the
     file (and the node)."""
+    r = read_onnx(path, dims)
+    return r.graph, r.weights
+
+
+def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None) -> OnnxImport:
+    """`load_onnx` with the provenance the splicing exporter needs (see OnnxImport)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -1007,4 +1036,4 @@ def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None
         except (onnx.checker.ValidationError, ValueError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TirError(f"not a valid ONNX model: {msg}", file=str(path)) from None
-    return from_onnx(model, str(path), dims, check=check)
+    return import_onnx(model, str(path), dims, check=check)
