@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import TirError
 from ..search.limits import Limits
@@ -28,12 +28,20 @@ class VerificationError(TirError):
 # ------------------------------------------------------------------ loading and writing
 def load_model(path: str) -> tuple[Any, dict]:
     """(graph, weight values by name) from a `.tir` or `.onnx` file."""
+    graph, weights, _ = load_source(path)
+    return graph, weights
+
+
+def load_source(path: str, dims: Mapping[str, int] | None = None
+                ) -> tuple[Any, dict, Any]:
+    """(graph, weight values, the OnnxImport or None for `.tir`) from a file."""
     p = Path(path)
     if p.suffix.lower() == ".onnx":
-        from ..onnx_io import load_onnx
-        return load_onnx(p)
+        from ..onnx_io import read_onnx
+        imp = read_onnx(p, dims)
+        return imp.graph, imp.weights, imp
     from ..ir.parse import load
-    return load(path), {}
+    return load(path), {}, None
 
 
 def check_writable(path: str | None, force: bool) -> None:
@@ -161,6 +169,14 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--verify-seeds", type=int, default=1,
                    help="random input sets for verification (default 1)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    o = c.add_argument_group("ONNX models")
+    o.add_argument("--measure", dest="measure", action="store_true", default=None,
+                   help="time the optimized ONNX model against the input in onnxruntime and "
+                   "keep it only if faster (default: on for ONNX output)")
+    o.add_argument("--no-measure", dest="measure", action="store_false",
+                   help="write the optimized ONNX model without timing it")
+    o.add_argument("--measure-time", type=float, default=20.0, metavar="S",
+                   help="seconds the measurement may take (default 20)")
     add_search_options(c)
     c.set_defaults(func=run_command)
 
@@ -171,14 +187,31 @@ def run_command(args: argparse.Namespace) -> int:
     from ..rules.parse import load_rules
 
     t = time.perf_counter()
-    graph, weights = load_model(args.model)
+    dims: dict[str, int] = {}
+    graph, weights, imp = load_source(args.model, dims)
     rules = load_rules(args.rules or None)
+    dropped: dict[str, str] = {}
+    if imp is not None and args.onnx:     # only rewrites the model's opset can express
+        from ..onnx_io.splice import model_opset, rules_for_opset
+        rules, dropped = rules_for_opset(list(rules), model_opset(imp.model))
     load_s = time.perf_counter() - t
     cost_model = cost_model_from_args(args)
     result, check = optimize_and_verify(graph, weights, cost_model, rules, args)
     result.times = {"load": load_s, **result.times}
     report = make_report(args.model, result, check, describe_cost_model(cost_model))
-    if args.onnx:
+    if dropped:
+        report["rules_not_used"] = dropped
+    if args.onnx and imp is not None:
+        from .onnx_out import write_onnx_result
+        if args.measure is None:
+            args.measure = True
+        t = time.perf_counter()
+        gpu = args.cost in ("trt", "torch") or (args.device or "cpu") not in ("cpu",
+                                                                                "cpu-calibrated")
+        outcome = write_onnx_result(args, imp, result, dims, gpu_target=gpu)
+        result.times["onnx_out"] = time.perf_counter() - t
+        report["onnx_output"] = outcome.as_dict()
+    elif args.onnx:
         from ..onnx_io import to_onnx
         model = to_onnx(result.optimized, weights, seed=args.seed)
         if not args.no_verify:
@@ -281,4 +314,15 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
     lines.append("  verified: " + v["summary"] if v else "  not verified (--no-verify)")
     if v and v.get("onnxruntime"):
         lines.append("  verified in onnxruntime: " + v["onnxruntime"])
+    o = r.get("onnx_output")
+    if o:
+        if o.get("onnxruntime_check"):
+            lines.append("  onnxruntime, input vs optimized model: " + o["onnxruntime_check"])
+        for m in o.get("measured", ()):
+            lines.append("  measured in onnxruntime, " + m)
+        lines.append(f"  ONNX written: {o['written']} ({o['reason']})")
+    if r.get("rules_not_used"):
+        lines.append(f"  {len(r['rules_not_used'])} rules not used: the model's opset cannot "
+                     f"express what they make (e.g. " + next(iter(r["rules_not_used"].values()))
+                     + ")")
     return "\n".join(lines)

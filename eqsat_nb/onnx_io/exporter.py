@@ -36,6 +36,12 @@ EXTERNAL_BYTES = 1_500_000_000
 OPSET_NEEDED = {"split": 13, "softmax": 13, "layernorm": 17, "slice": 10, "pad": 11,
                 "dropout": 12, "enlarge": 13, "merge": 13, "gelu": 9, "broadcast": 8,
                 "reshape": 5, "reduce_mean": 1, "batchnorm": 9}
+# the oldest opset each op can be written in at all (older forms below: Split's sizes, Slice's and
+# Pad's parameters as attributes, Dropout's ratio attribute, Softmax on the last axis): what a
+# model's own opset allows when new nodes are written into it (splice.py)
+OPSET_MIN = {"split": 2, "slice": 1, "pad": 2, "dropout": 7, "softmax": 1, "layernorm": 17,
+             "gelu": 9, "broadcast": 8, "reshape": 5, "batchnorm": 7, "enlarge": 11, "merge": 11,
+             "reduce_mean": 1}
 _ACT_OPS = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 _SIMPLE = {"ewadd": "Add", "ewmul": "Mul", "relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
 
@@ -53,10 +59,11 @@ def _target_opset(graph: Graph, opset: int | None) -> tuple[int, dict[str, int]]
         target = max(need + [required])
     else:
         target = DEFAULT_OPSET
+    least = OPSET_NEEDED if opset is None else OPSET_MIN    # an asked-for opset: older forms
     for n in graph.nodes:
-        if OPSET_NEEDED.get(n.op, 1) > target:
+        if least.get(n.op, 1) > target:
             raise TirError(f"{n.op} ({', '.join(n.results)}) needs opset "
-                           f"{OPSET_NEEDED[n.op]} or later, not {target}")
+                           f"{least[n.op]} or later, not {target}")
     others: dict[str, int] = {}
     for n in graph.nodes:
         if n.op != "opaque":
@@ -180,6 +187,9 @@ class _Writer:
             self.add("Transpose", ins, [r], perm=list(a["perm"]))
         elif op == "concat":
             self.add("Concat", ins, [r], axis=a["axis"])
+        elif op == "split" and self.opset < 13:
+            self.add("Split", [ins[0]], [self.name[v] for v in node.results], axis=a["axis"],
+                     split=list(a["sizes"]))
         elif op == "split":
             self.add("Split", [ins[0], self.ints(f"{r}#sizes", a["sizes"])],
                      [self.name[v] for v in node.results], axis=a["axis"])
@@ -192,7 +202,11 @@ class _Writer:
         elif op == "batchnorm":
             self.add("BatchNormalization", ins, [r], epsilon=a["eps"])
         elif op == "softmax":
-            self.add("Softmax", ins, [r], axis=a["axis"])
+            rank = in_t[0].rank
+            if self.opset < 13 and a["axis"] % rank != rank - 1:
+                raise TirError(f"softmax ({r}) over axis {a['axis']} of a rank-{rank} tensor "
+                               f"cannot be written in opset {self.opset} (only the last axis)")
+            self.add("Softmax", ins, [r], axis=a["axis"] % rank if self.opset < 13 else a["axis"])
         elif op == "layernorm":
             self.add("LayerNormalization", ins, [r], axis=a["axis"], epsilon=a["eps"])
         elif op == "gelu":
@@ -203,15 +217,23 @@ class _Writer:
                          keepdims=int(a["keepdims"]))
             else:
                 self.add("ReduceMean", ins, [r], axes=list(a["axes"]), keepdims=int(a["keepdims"]))
+        elif op == "slice" and self.opset < 10:
+            self.add("Slice", ins, [r], starts=list(a["starts"]), ends=list(a["ends"]),
+                     axes=list(a["axes"]))
         elif op == "slice":
             self.add("Slice", [ins[0], self.ints(f"{r}#starts", a["starts"]),
                                self.ints(f"{r}#ends", a["ends"]),
                                self.ints(f"{r}#axes", a["axes"])], [r])
+        elif op == "pad" and self.opset < 11:
+            self.add("Pad", ins, [r], mode="constant", pads=list(a["pads"]),
+                     value=float(a["value"]))
         elif op == "pad":
             dt = NP_DTYPES[in_t[0].dtype]
             self.add("Pad", [ins[0], self.ints(f"{r}#pads", a["pads"]),
                              self.const(f"{r}#value", np.asarray(a["value"], dt),
                                         doc=repr(a["value"]))], [r], mode="constant")
+        elif op == "dropout" and self.opset < 12:
+            self.add("Dropout", ins, [r], ratio=float(a["ratio"]))
         elif op == "dropout":   # the ratio as a double keeps its exact value (T1 may differ from T)
             self.add("Dropout", [ins[0], self.const(f"{r}#ratio", np.asarray(a["ratio"],
                                                                             np.float64))], [r])

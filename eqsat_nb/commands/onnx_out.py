@@ -1,0 +1,129 @@
+"""`run MODEL.onnx --onnx OUT.onnx`: the user's model back, faster or unchanged.
+
+The optimized graph is spliced into the input model (`onnx_io.splice`: the model's own nodes for
+everything that did not change). The result is checked in onnxruntime against the input model
+itself on random inputs, then timed against it (`onnx_io.measure.guard`); it replaces the input
+only if it is faster beyond the measured noise. Otherwise, and whenever nothing changed, OUT is a
+byte-for-byte copy of the input file (external data files included).
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import TirError
+
+
+@dataclass
+class OnnxOutcome:
+    """What was written to OUT and why (goes into the report)."""
+
+    written: str                      # "optimized" | "input unchanged"
+    reason: str
+    measured: list[str] = field(default_factory=list)
+    measured_speedup_pct: float | None = None
+    onnxruntime_check: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"written": self.written, "reason": self.reason, "measured": self.measured,
+                "measured_speedup_pct": self.measured_speedup_pct,
+                "onnxruntime_check": self.onnxruntime_check}
+
+
+def external_files(model_path: Path, model: Any) -> list[str]:
+    """Relative locations of the external data files an ONNX model reads."""
+    locations = []
+    tensors = list(model.graph.initializer)
+    for t in tensors:
+        if t.data_location == 1:          # EXTERNAL
+            loc = {e.key: e.value for e in t.external_data}.get("location")
+            if loc and loc not in locations:
+                locations.append(loc)
+    return locations
+
+
+def copy_input(src: str, dst: str, model: Any, force: bool) -> None:
+    """OUT = the input, byte for byte, with its external data files beside it."""
+    from .run import write_atomic
+
+    src_p, dst_p = Path(src), Path(dst)
+    if src_p.resolve() == dst_p.resolve():
+        return
+    for loc in external_files(src_p, model):
+        target = dst_p.parent / loc
+        source = src_p.parent / loc
+        if target.resolve() == source.resolve():
+            continue
+        if target.exists() and not force:
+            raise TirError("external data file exists; pass --force to overwrite it",
+                           file=str(target))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(str(target), lambda p, s=source: shutil.copyfile(s, p))
+    write_atomic(dst, lambda p: shutil.copyfile(src_p, p))
+
+
+def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str, np.ndarray]]
+                           ) -> tuple[bool, str]:
+    """Both models in onnxruntime on the same inputs; outputs compared by name."""
+    from ..check_outputs import ATOL_REL, RTOL, compare
+    from ..runtime import session
+
+    a, b = session(before), session(after)
+    names = [o.name for o in before.graph.output]
+    worst = None
+    for feeds in feeds_list:
+        checks = compare(a.run(names, dict(feeds)), b.run(names, dict(feeds)), names)
+        for c in checks:
+            if worst is None or (not c.ok, c.worst_excess) > (not worst.ok, worst.worst_excess):
+                worst = c
+    if worst is None:
+        return True, "no outputs"
+    text = (f"{len(names)} output{'s' if len(names) != 1 else ''}, {len(feeds_list)} random "
+            f"input set{'s' if len(feeds_list) != 1 else ''}, max |err| = "
+            f"{worst.relative_err:.1e} of max |ref| (rtol {RTOL:g}, atol {ATOL_REL:g}*max|ref|)")
+    if not worst.ok:
+        text += f"; MISMATCH in {worst.name}"
+    return worst.ok, text
+
+
+def write_onnx_result(args: Any, imp: Any, result: Any, dims: Mapping[str, int],
+                      gpu_target: bool) -> OnnxOutcome:
+    """Splice, check, measure and write OUT (args.onnx); returns what was written."""
+    from ..onnx_io.measure import guard, random_feeds
+    from ..onnx_io.splice import splice
+    from .run import VerificationError, write_onnx
+
+    out = args.onnx
+    spliced = splice(imp, result.optimized) if result.improved else None
+    if spliced is None:
+        copy_input(args.model, out, imp.model, args.force)
+        why = ("no cheaper graph found" if not result.improved else
+               "the optimized graph computes nothing the model does not already")
+        return OnnxOutcome("input unchanged", why)
+    seeds = range(args.seed, args.seed + max(1, args.verify_seeds))
+    feeds = [random_feeds(imp.model, dims, seed=s) for s in seeds]
+    outcome = OnnxOutcome("optimized", "")
+    if not args.no_verify:
+        ok, text = compare_in_onnxruntime(imp.model, spliced, feeds)
+        outcome.onnxruntime_check = text
+        if not ok:
+            raise VerificationError(f"the optimized ONNX model does not match the input in "
+                                    f"onnxruntime: {text}. Nothing was written.", file=out)
+    if args.measure:
+        g = guard(imp.model, spliced, feeds[0], gpu_target=gpu_target,
+                  budget_s=args.measure_time)
+        outcome.measured = [t.describe() for t in g.timings]
+        outcome.measured_speedup_pct = (g.timings[0].ratio - 1.0) * 100
+        outcome.reason = g.reason
+        if not g.keep:
+            copy_input(args.model, out, imp.model, args.force)
+            outcome.written = "input unchanged"
+            return outcome
+    else:
+        outcome.reason = "not measured (--no-measure)"
+    write_onnx(out, spliced)
+    return outcome
