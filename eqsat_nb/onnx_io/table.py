@@ -1,0 +1,90 @@
+"""The table users trust: every ONNX model of a folder through `eqsat-nb run`, measured.
+
+Per model: whether it imported (or the exact reason it did not), ops before → after, the
+estimated speed-up, what was written, and the *measured* onnxruntime speed-up of the written file
+against the input (alternating medians, one thread, timed here independently of the run's own
+guard); onnxslim's measured speed-up beside it when onnxslim is installed.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+
+@dataclass
+class Row:
+    model: str
+    status: str                      # "ok" or the reason it failed
+    ops_before: int | None = None
+    ops_after: int | None = None
+    estimated_pct: float | None = None
+    written: str = ""
+    measured: float | None = None    # latency ratio input / output (> 1: faster)
+    onnxslim: float | None = None
+
+    def cells(self) -> list[str]:
+        def pct(x: float | None) -> str:
+            return "" if x is None else f"{(x - 1) * 100:+.1f} %"
+        ops = "" if self.ops_before is None else f"{self.ops_before} → {self.ops_after}"
+        est = "" if self.estimated_pct is None else f"{self.estimated_pct:+.1f} %"
+        return [self.model, self.status, ops, est, self.written, pct(self.measured),
+                pct(self.onnxslim)]
+
+
+HEADER = ["model", "import", "ops", "estimated", "written", "measured", "onnxslim"]
+
+
+def measured_ratio(before: Any, after: Any, budget_s: float = 6.0) -> float:
+    """Input latency / output latency in onnxruntime, one thread, alternating medians."""
+    from .measure import random_feeds, time_pair
+
+    if after.SerializeToString() == before.SerializeToString():
+        return 1.0
+    return time_pair(before, after, random_feeds(before), threads=1, budget_s=budget_s).ratio
+
+
+def onnxslim_ratio(model: Any, budget_s: float = 6.0) -> float | None:
+    try:
+        import onnxslim
+    except ImportError:
+        return None
+    try:
+        slim = onnxslim.slim(model)
+    except Exception:      # noqa: BLE001 - a third-party tool's failure is a blank cell
+        return None
+    return measured_ratio(model, slim, budget_s)
+
+
+def table_row(path: Path, run_args: Sequence[str], budget_s: float = 6.0) -> Row:
+    import onnx
+
+    from ..cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out, rep = Path(tmp) / "out.onnx", Path(tmp) / "report.json"
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["run", str(path), "--onnx", str(out), "--report", str(rep), "-q",
+                         *run_args])
+        if code != 0:
+            reason = err.getvalue().strip().splitlines()
+            return Row(path.name, reason[0] if reason else f"exit code {code}")
+        r = json.loads(rep.read_text())
+        before = onnx.load(str(path))
+        after = onnx.load(str(out))
+        row = Row(path.name, "ok", r["ops_before"], r["ops_after"], r["speedup_pct"],
+                  r["onnx_output"]["written"])
+        row.measured = measured_ratio(before, after, budget_s)
+        row.onnxslim = onnxslim_ratio(before, budget_s)
+        return row
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
+    return "\n".join(lines)
