@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -59,24 +59,27 @@ def _dtype(elem: int, what: str) -> str:
 
 
 class _Importer:
-    def __init__(self, model: Any, source: str, dims: Mapping[str, int]) -> None:
+    def __init__(self, model: Any, source: str, dims: Mapping[str, int],
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
         self.source = source
         self.model = model
         self.dims = dims
+        self.input_shapes = dict(input_shapes or {})
         g = model.graph
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
         self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
         self.consts: dict[str, _Const] = {}
+        self.const_alias: dict[str, str] = {}    # Identity of a constant → the constant
         self.types: dict[str, TensorType] = {}
         self.value: dict[str, str] = {}         # ONNX name → SSA value
         self.weights: dict[str, np.ndarray] = {}
         self.weight_ssa: dict[str, str] = {}    # ONNX name of a materialized weight → SSA
-        self.consumers: dict[str, list[int]] = {}
-        for i, node in enumerate(g.node):
-            for v in node.input:
-                if v:
-                    self.consumers.setdefault(v, []).append(i)
-        self.graph_outputs = {o.name for o in g.output}
+        self.folded: set[str] = set()           # node outputs folded into constants
+        self.symbolic_values: set[str] = set()  # folded values that read a defaulted dim
+        self.symbolic: dict[str, list[int | str]] = {}   # input → its dims as written
+        self.defaulted: dict[str, list[int]] = {}        # input → axes given DEFAULT_DIM
+        self.inlined: list[str] = []
+        self.index_nodes(g)
         self.skip: set[int] = set()
         self.b = GraphBuilder(_sanitize(g.name) or "main")
         self.used_names: set[str] = set()
@@ -85,10 +88,29 @@ class _Importer:
         self.bad_types: dict[str, int] = {}       # values of element types the IR lacks
         self.zero_size: set[str] = set()
 
+    def index_nodes(self, g: Any) -> None:
+        self.consumers: dict[str, list[int]] = {}
+        for i, node in enumerate(g.node):
+            for v in node.input:
+                if v:
+                    self.consumers.setdefault(v, []).append(i)
+            for a in node.attribute:          # outer-scope reads of subgraphs are uses too
+                for v in _subgraph_reads(a):
+                    self.consumers.setdefault(v, []).append(i)
+        self.graph_outputs = {o.name for o in g.output}
+
+    def unused(self, v: str) -> bool:
+        """An output nothing reads (no consumer, not a graph output)."""
+        return not v or (v not in self.consumers and v not in self.graph_outputs)
+
     # ------------------------------------------------------------------ errors and names
     def err(self, msg: str, node: Any = None) -> TirError:
         if node is not None:
-            label = f"node '{node.name}' ({node.op_type})" if node.name else f"{node.op_type} node"
+            dom = node.domain if node.domain not in ("", "ai.onnx") else ""
+            ver = self.opsets.get(dom) if dom else self.opset
+            where = f"{dom} opset {ver}" if dom else f"opset {ver}"
+            label = (f"node '{node.name}' ({node.op_type}, {where})" if node.name
+                     else f"{node.op_type} node ({where})")
             msg = f"{label}: {msg}"
         return TirError(msg, file=self.source)
 
@@ -120,8 +142,12 @@ class _Importer:
         if t is None and name in self.zero_size:
             raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node)
         if t is None:
+            hint = ("data-dependent shapes are not supported" if not self.defaulted else
+                    "it may depend on the symbolic input dims " + _dims_text(self.symbolic) +
+                    ", which took the size " + str(DEFAULT_DIM) + ": give the input shapes "
+                    "(--input-shape NAME=1x3x224x224 / --dim SYMBOL=VALUE)")
             raise self.err(f"the shape of '{name}' is unknown (shape inference could not derive "
-                           f"it; data-dependent shapes are not supported)", node)
+                           f"it; {hint})", node)
         return t
 
     def const(self, name: str) -> np.ndarray | None:
@@ -132,6 +158,10 @@ class _Importer:
         """The SSA value of an ONNX value used as a data operand (a constant becomes a weight)."""
         if name in self.weight_ssa:
             return self.weight_ssa[name]
+        if name in self.const_alias and name not in self.defined:   # Identity of a constant
+            ssa = self.val(self.const_alias[name], node)
+            self.weight_ssa[name] = ssa
+            return ssa
         if name in self.consts and name not in self.defined:
             return self.materialize(name, node)
         if name not in self.defined:
@@ -198,6 +228,7 @@ class _Importer:
                 raise self.err(f"cannot read initializer '{t.name}': {e}") from None
         self.read_metadata()
         self.infer_types()
+        g = self.model.graph             # If nodes with a constant condition may be inlined
         for node in g.node:             # reserve every ONNX value name first: helpers never clash
             for v in node.output:
                 if v:
@@ -255,30 +286,84 @@ class _Importer:
             self.value[init] = ssa
             self.used_names.add(ssa)
 
-    def infer_types(self) -> None:
-        from onnx import shape_inference
-
+    def input_dims(self) -> tuple[dict[str, tuple[int, ...]], dict[str, set[int]]]:
+        """The shape each graph input is imported with, and the axes that took DEFAULT_DIM
+        because the user named no size for them. A dim that is a dim_param, unnamed, or written
+        as -1 or 0 is symbolic."""
         g = self.model.graph
-        m = _copy_light(self.model)
-        inits = {t.name for t in m.graph.initializer}
-        for inp in m.graph.input:
+        inits = {t.name for t in g.initializer}
+        names = {i.name for i in g.input}
+        for name in self.input_shapes:
+            if name not in names or name in inits:
+                raise self.err(f"input shape given for '{name}', which is not a graph input "
+                               f"(inputs: {', '.join(sorted(names - inits)) or 'none'})")
+        shapes: dict[str, tuple[int, ...]] = {}
+        free: dict[str, set[int]] = {}
+        for inp in g.input:
             if inp.name in inits:
                 continue
             tt = inp.type.tensor_type
             if not inp.type.HasField("tensor_type") or not tt.HasField("shape"):
-                raise self.err(f"graph input '{inp.name}' has no tensor shape")
-            for d in tt.shape.dim:
-                if d.HasField("dim_value"):
+                if inp.name in self.input_shapes:
+                    shapes[inp.name] = tuple(int(d) for d in self.input_shapes[inp.name])
                     continue
-                size = self.dims.get(d.dim_param, DEFAULT_DIM) if d.dim_param else DEFAULT_DIM
-                d.Clear()
-                d.dim_value = size
+                raise self.err(f"graph input '{inp.name}' has no tensor shape (give it one: "
+                               f"--input-shape {inp.name}=...)")
+            labels: list[int | str] = []
+            for d in tt.shape.dim:
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    labels.append(int(d.dim_value))
+                else:
+                    labels.append(d.dim_param if d.dim_param else "?")
+            if any(isinstance(x, str) for x in labels):
+                self.symbolic[inp.name] = labels
+            given = self.input_shapes.get(inp.name)
+            if given is not None:
+                given = tuple(int(d) for d in given)
+                if len(given) != len(labels) or any(
+                        isinstance(x, int) and x != y for x, y in zip(labels, given)) or any(
+                        y < 0 for y in given):
+                    raise self.err(f"input shape {_dims_text({inp.name: list(given)})} given for "
+                                   f"'{inp.name}', whose dims are "
+                                   f"{_dims_text({inp.name: labels})}")
+                shapes[inp.name] = given
+                continue
+            dims = []
+            for k, x in enumerate(labels):
+                if isinstance(x, int):
+                    dims.append(x)
+                elif x != "?" and x in self.dims:
+                    dims.append(int(self.dims[x]))
+                else:
+                    dims.append(DEFAULT_DIM)
+                    free.setdefault(inp.name, set()).add(k)
+            shapes[inp.name] = tuple(dims)
+        self.defaulted = {k: sorted(v) for k, v in free.items()}
+        return shapes, free
+
+    def infer_types(self) -> None:
+        from . import fold
+
+        shapes, free = self.input_dims()
+        known = {k: c.value for k, c in self.consts.items() if c.value.size <= fold.FOLD_MAX}
         try:
-            inferred = shape_inference.infer_shapes(m, check_type=False, strict_mode=False,
-                                                    data_prop=True)
+            res = fold.fold_model(self.model, shapes, known, free, _SMALL)
         except Exception as e:   # noqa: BLE001 - inference errors are of onnx's own types
             raise self.err(f"shape inference failed: {str(e).strip().splitlines()[0]}") from None
-        ig = inferred.graph
+        if res.model is not self.model:          # If nodes with a constant condition inlined
+            from onnx import numpy_helper
+            self.model = res.model
+            self.index_nodes(self.model.graph)
+            for t in self.model.graph.initializer:
+                if t.name not in self.consts:
+                    self.consts[t.name] = _Const(numpy_helper.to_array(t), False)
+            self.inlined = res.inlined
+        for name, v in res.values.items():
+            self.consts[name] = _Const(v, True)
+            self.folded.add(name)
+        self.symbolic_values = res.symbolic
+        g = self.model.graph
+        ig = res.inferred.graph
         for vi in list(ig.input) + list(ig.value_info) + list(ig.output):
             if vi.name in self.types or not vi.type.HasField("tensor_type"):
                 continue
@@ -298,17 +383,29 @@ class _Importer:
             if t.data_type in ONNX_TO_DTYPE and all(d > 0 for d in t.dims):
                 self.types.setdefault(t.name, TensorType(tuple(t.dims),
                                                          ONNX_TO_DTYPE[t.data_type]))
+        for name, v in res.values.items():
+            dt = next((k for k, t in NP_DTYPES.items() if v.dtype == np.dtype(t)), None)
+            if dt is None:
+                self.bad_types.setdefault(name, _np_to_onnx(v.dtype))
+            elif v.size == 0:
+                self.zero_size.add(name)
+            elif name not in self.types:
+                self.types[name] = TensorType(tuple(int(d) for d in v.shape), dt)
 
     def node(self, i: int, node: Any) -> None:
         op = node.op_type
+        outs = [o for o in node.output if o]
+        if outs and all(o in self.folded for o in outs):
+            return                       # a constant once the input shapes are fixed
         if node.domain in ("", "ai.onnx"):
             if op == "Constant":
                 self.constant(node)
                 return
             if op == "Identity":
                 src = node.input[0]
-                if src in self.consts and src not in self.weight_ssa and src not in self.defined:
+                if src in self.consts and src not in self.defined:
                     self.consts[node.output[0]] = self.consts[src]
+                    self.const_alias[node.output[0]] = src
                     return
                 self.alias(node.output[0], self.val(src, node))
                 return
@@ -487,34 +584,35 @@ def _np_elem(arr: np.ndarray, name: str, imp: _Importer, node: Any) -> int:
                   node)
 
 
+def _np_to_onnx(dt: Any) -> int:
+    from onnx import helper
+    try:
+        return int(helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
+    except Exception:    # noqa: BLE001
+        return 0
+
+
+def _dims_text(shapes: Mapping[str, list]) -> str:
+    return ", ".join(f"'{k}' [{', '.join(str(d) for d in v)}]" for k, v in shapes.items())
+
+
+def _subgraph_reads(a: Any) -> set[str]:
+    """Names a node's subgraph attribute reads from the enclosing scope."""
+    graphs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
+    out: set[str] = set()
+    for g in graphs:
+        local = {i.name for i in g.input} | {t.name for t in g.initializer}
+        local |= {o for n in g.node for o in n.output}
+        for n in g.node:
+            out.update(v for v in n.input if v and v not in local)
+            for b in n.attribute:
+                out.update(v for v in _subgraph_reads(b) if v not in local)
+        out.update(o.name for o in g.output if o.name not in local)
+    return out
+
+
 def _sanitize(name: str) -> str:
     return _BAD_CHARS.sub("_", name)
-
-
-def _copy_light(src: Any) -> Any:
-    """A copy for shape inference without the data of big initializers (they become typed
-    inputs): inference needs their types only, and a model over 2 GB cannot be serialized."""
-    import onnx
-    from onnx import helper
-
-    dst = onnx.ModelProto()
-    dst.ir_version = src.ir_version
-    dst.opset_import.extend(src.opset_import)
-    dst.functions.extend(src.functions)
-    g, sg = dst.graph, src.graph
-    g.name = sg.name
-    g.node.extend(sg.node)
-    g.input.extend(sg.input)
-    g.output.extend(sg.output)
-    g.value_info.extend(sg.value_info)
-    listed = {i.name for i in sg.input}
-    for t in sg.initializer:
-        n = int(np.prod(t.dims)) if len(t.dims) else 1
-        if n <= _SMALL:
-            g.initializer.append(t)
-        elif t.name not in listed:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return dst
 
 
 # ----------------------------------------------------------------------------------- mappers
@@ -946,28 +1044,49 @@ class OnnxImport:
     """What an import gives the exporter besides the graph: the model it came from and, for every
     ONNX value that became an IR value, its SSA name (several ONNX names may share one SSA value,
     e.g. through Identity). The splicing exporter writes the original nodes back for every value
-    the optimizer left alone."""
+    the optimizer left alone.
+
+    `model` is the model as imported: the input itself, except that an `If` whose condition is a
+    constant once the input shapes are fixed is replaced by the nodes of the branch it takes
+    (`inlined` names those If nodes). Nodes whose outputs were folded into constants (shape
+    computations, `folded`) stay in `model`; their outputs map to SSA values only where the IR
+    reads them as data (they became weights).
+
+    Symbolic input dims: `symbolic[input]` lists the dims of every graph input that has any
+    symbolic dim as written in the file (ints, dim_param names, "?" for unnamed/-1/0 dims);
+    `defaulted[input]` the axes that took DEFAULT_DIM because neither `input_shapes` nor `dims`
+    gave a size (empty when the user fixed everything). `dim_dependent` are the folded values
+    that read a defaulted dim (e.g. a Reshape target computed from the batch size): a graph that
+    uses any of them is only valid for that size."""
 
     graph: Graph
     weights: dict[str, np.ndarray]
     model: Any
     ssa_of: dict[str, str]          # ONNX value name → SSA value of `graph`
+    symbolic: dict[str, list[int | str]] = field(default_factory=dict)
+    defaulted: dict[str, list[int]] = field(default_factory=dict)
+    folded: frozenset[str] = frozenset()
+    dim_dependent: frozenset[str] = frozenset()
+    inlined: tuple[str, ...] = ()
 
 
 def from_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
-              check: bool = True, constants: Mapping[str, np.ndarray] | None = None
+              check: bool = True, constants: Mapping[str, np.ndarray] | None = None,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None
               ) -> tuple[Graph, dict[str, np.ndarray]]:
     """Import an in-memory onnx.ModelProto (see `load_onnx`). `constants` freezes graph inputs
     to known values (e.g. a Reshape's target shape fed as an input), which lets ops whose
     parameters are inputs map onto the table."""
-    r = import_onnx(model, source, dims, check, constants)
+    r = import_onnx(model, source, dims, check, constants, input_shapes)
     return r.graph, r.weights
 
 
 def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
-                check: bool = True, constants: Mapping[str, np.ndarray] | None = None
-                ) -> OnnxImport:
-    """`from_onnx` with the provenance the splicing exporter needs (see OnnxImport)."""
+                check: bool = True, constants: Mapping[str, np.ndarray] | None = None,
+                input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
+    """`from_onnx` with the provenance the splicing exporter needs (see OnnxImport).
+    `input_shapes[input]` fixes a graph input's whole shape; `dims[symbol]` fixes a dim_param
+    wherever it occurs; other symbolic dims take DEFAULT_DIM (reported in `defaulted`)."""
     import onnx
     from onnx import numpy_helper
 
@@ -990,7 +1109,7 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
         except (onnx.checker.ValidationError, ValueError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TirError(f"not a valid ONNX model: {msg}", file=source) from None
-    imp = _Importer(model, source, dict(dims or {}))
+    imp = _Importer(model, source, dict(dims or {}), input_shapes)
     try:
         graph, weights = imp.run()
     except TirError as e:
@@ -1000,19 +1119,22 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
         imp.weights.pop(imp.meta_names[name][0], None)
     present = graph.types()
     ssa_of = {k: v for k, v in {**imp.value, **imp.weight_ssa}.items() if v in present}
-    return OnnxImport(graph, weights, model, ssa_of)
+    return OnnxImport(graph, weights, imp.model, ssa_of, dict(imp.symbolic), dict(imp.defaulted),
+                      frozenset(imp.folded), frozenset(imp.symbolic_values), tuple(imp.inlined))
 
 
-def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None
+def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None
               ) -> tuple[Graph, dict[str, np.ndarray]]:
     """Read an ONNX file: the IR graph and the weight values by weight name. Symbolic input
-    dimensions take `dims[name]`, else DEFAULT_DIM (1). Any problem is a TirError naming the
-    file (and the node)."""
-    r = read_onnx(path, dims)
+    dimensions take `input_shapes[input]` / `dims[name]`, else DEFAULT_DIM (1). Any problem is
+    a TirError naming the file (and the node)."""
+    r = read_onnx(path, dims, input_shapes)
     return r.graph, r.weights
 
 
-def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None) -> OnnxImport:
+def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
     """`load_onnx` with the provenance the splicing exporter needs (see OnnxImport)."""
     import onnx
     from google.protobuf.message import DecodeError
@@ -1036,4 +1158,4 @@ def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None) -> OnnxIm
         except (onnx.checker.ValidationError, ValueError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TirError(f"not a valid ONNX model: {msg}", file=str(path)) from None
-    return import_onnx(model, str(path), dims, check=check)
+    return import_onnx(model, str(path), dims, check=check, input_shapes=input_shapes)
