@@ -248,7 +248,12 @@ class _Importer:
         for node in g.node:      # constants first: patterns (find_gelu) read their values
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.constant(node)
+            elif node.op_type == "Identity" and node.domain in ("", "ai.onnx") and \
+                    node.input[0] in self.consts:     # torch's deduplicated initializers
+                self.consts[node.output[0]] = self.consts[node.input[0]]
+                self.const_alias[node.output[0]] = node.input[0]
         self.find_gelu()
+        self.find_layernorm()
         for i, node in enumerate(g.node):
             if i in self.skip:
                 continue
@@ -403,11 +408,18 @@ class _Importer:
                 return
             if op == "Identity":
                 src = node.input[0]
+                if node.output[0] in self.const_alias:
+                    return
                 if src in self.consts and src not in self.defined:
                     self.consts[node.output[0]] = self.consts[src]
                     self.const_alias[node.output[0]] = src
                     return
                 self.alias(node.output[0], self.val(src, node))
+                return
+            if i in self.layernorm_at:
+                x, gm, bt, axis, eps = self.layernorm_at[i]
+                imp_vals = [self.val(v, node) for v in (x, gm, bt)]
+                self.emit("layernorm", imp_vals, node.output[0], axis=axis, eps=eps)
                 return
             mapper = _MAPPERS.get(op)
             first = next((o for o in node.output if o), None)
@@ -455,6 +467,7 @@ class _Importer:
         self.consts[node.output[0]] = _Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
+        node = self.drop_empty_inputs(node)
         ins = [self.val(v, node) for v in node.input if v]
         outs = [v for v in node.output if v]
         types = []
@@ -478,6 +491,34 @@ class _Importer:
         except TirError as e:
             raise self.err(e.message, node) from None
         self.defined.update(outs)
+
+    def drop_empty_inputs(self, node: Any) -> Any:
+        """An empty constant fed to an optional input (Resize's roi and scales as torch writes
+        them) means the input is absent: the IR holds no zero-size tensors, so it is left out."""
+        empty = [k for k, v in enumerate(node.input)
+                 if v and v in self.consts and v not in self.defined and self.consts[v].value.size == 0
+                 and v not in self.meta_weight_inputs]
+        if not empty:
+            return node
+        import onnx
+        from onnx import defs
+        try:
+            schema = defs.get_schema(node.op_type, self.opset, node.domain or "")
+        except Exception:    # noqa: BLE001 - no schema: leave it (the error names the value)
+            return node
+        for k in empty:
+            formal = schema.inputs[min(k, len(schema.inputs) - 1)] if schema.inputs else None
+            if formal is None or formal.option != defs.OpSchema.FormalParameterOption.Optional:
+                raise self.err(f"input '{node.input[k]}' is an empty tensor, which the IR cannot "
+                               f"hold (the operator needs it at opset {self.opset}; a model "
+                               f"exported at a newer opset, where it is optional, imports)", node)
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        for k in empty:
+            copy.input[k] = ""
+        while copy.input and not copy.input[-1]:
+            del copy.input[-1]
+        return copy
 
     # ------------------------------------------------------------------ patterns
     def single_use(self, v: str) -> bool:
@@ -560,6 +601,117 @@ class _Importer:
                 inner.append(mi) if mi not in inner else None
             self.skip.update(k for k in inner if k != last)
             self.gelu_at[last] = x
+
+    def find_layernorm(self) -> None:
+        """LayerNorm as torch.onnx writes it below opset 17: m = ReduceMean(x), d = Sub(x, m),
+        v = ReduceMean(Pow(d, 2)) (or Mul(d, d)), y = Div(d, Sqrt(Add(v, eps))), then
+        Mul(y, gamma) and Add(_, beta) with constant gamma/beta → one layernorm."""
+        nodes = self.model.graph.node
+        self.layernorm_at: dict[int, tuple[str, str, str, int, float]] = {}
+        std = ("", "ai.onnx")
+
+        def only_use(v: str) -> tuple[int, Any] | None:
+            if not self.single_use(v):
+                return None
+            k = self.consumers[v][0]
+            return (k, nodes[k]) if nodes[k].domain in std else None
+
+        def axes_of(n: Any) -> tuple[int, ...] | None:
+            at = _attrs(n)
+            if at.get("keepdims", 1) != 1:
+                return None
+            ax = at.get("axes")
+            if len(n.input) > 1 and n.input[1]:
+                c = self.const(n.input[1])
+                ax = None if c is None else [int(v) for v in c.reshape(-1)]
+            return None if ax is None else tuple(ax)
+
+        def scalar(v: str) -> float | None:
+            c = self.const(v)
+            if c is None or c.size != 1 or c.dtype.kind != "f":
+                return None
+            return float(c.reshape(-1)[0])
+
+        def other(n: Any, v: str) -> str | None:
+            if len(n.input) == 2 and v in n.input and n.input[0] != n.input[1]:
+                return n.input[1] if n.input[0] == v else n.input[0]
+            return None
+
+        for mi, mn in enumerate(nodes):
+            if mn.op_type != "ReduceMean" or mn.domain not in std:
+                continue
+            x = mn.input[0]
+            tx = self.types.get(x)
+            ax = axes_of(mn)
+            if tx is None or ax is None or not ax or tx.dtype not in ("f16", "f32", "f64"):
+                continue
+            r = tx.rank
+            norm = sorted(a % r for a in ax)
+            if norm != list(range(r - len(norm), r)):
+                continue
+            u = only_use(mn.output[0])
+            if u is None or u[1].op_type != "Sub" or list(u[1].input) != [x, mn.output[0]]:
+                continue
+            si, sn = u
+            d = sn.output[0]
+            uses = self.consumers.get(d, [])
+            if d in self.graph_outputs or len(uses) not in (2, 3):
+                continue
+            sq = [k for k in set(uses) if nodes[k].op_type in ("Pow", "Mul")]
+            dv = [k for k in set(uses) if nodes[k].op_type == "Div"]
+            if len(sq) != 1 or len(dv) != 1:
+                continue
+            pn = nodes[sq[0]]
+            if pn.op_type == "Pow" and not (pn.input[0] == d and scalar(pn.input[1]) == 2.0
+                                            and len(uses) == 2):
+                continue
+            if pn.op_type == "Mul" and not (list(pn.input) == [d, d] and len(uses) == 3):
+                continue
+            u = only_use(pn.output[0])
+            if u is None or u[1].op_type != "ReduceMean" or u[1].input[0] != pn.output[0] \
+                    or axes_of(u[1]) is None or sorted(a % r for a in axes_of(u[1])) != norm:
+                continue
+            vi = u[0]
+            u = only_use(nodes[vi].output[0])
+            if u is None or u[1].op_type != "Add":
+                continue
+            ai, an = u
+            eps_name = other(an, nodes[vi].output[0])
+            eps = scalar(eps_name) if eps_name else None
+            if eps is None:
+                continue
+            u = only_use(an.output[0])
+            if u is None or u[1].op_type != "Sqrt":
+                continue
+            qi = u[0]
+            u = only_use(nodes[qi].output[0])
+            if u is None or u[0] != dv[0] or list(u[1].input) != [d, nodes[qi].output[0]]:
+                continue
+            di = dv[0]
+            u = only_use(nodes[di].output[0])
+            if u is None or u[1].op_type != "Mul":
+                continue
+            gi, gn = u
+            gamma = other(gn, nodes[di].output[0])
+            u = only_use(gn.output[0])
+            if gamma is None or u is None or u[1].op_type != "Add":
+                continue
+            bi, bn = u
+            beta = other(bn, gn.output[0])
+            nshape = tx.shape[r - len(norm):]
+            ok = True
+            for c in (gamma, beta):
+                cv = self.const(c) if c else None
+                if cv is None or tuple(cv.shape) != nshape or cv.dtype != np.dtype(
+                        NP_DTYPES[tx.dtype]) or c in self.folded:
+                    ok = False
+            if not ok or any(nodes[k].attribute for k in (si, ai, qi, di, gi, bi)):
+                continue
+            if self.types.get(bn.output[0]) != tx:
+                continue
+            self.skip.update((mi, si, sq[0], vi, ai, qi, di, gi))
+            self.layernorm_at[bi] = (x, gamma, beta, r - len(norm) - r,
+                                     _short(np.float32(eps)))
 
     # fused activations written by the exporter: Conv/MatMul/Pool → "r#act" → Relu → "r"
     def fused_act(self, node: Any) -> tuple[str, str | None]:
@@ -759,6 +911,13 @@ def _padding(imp: _Importer, node: Any, at: dict, hw: tuple[int, int], kernel: t
     _need(auto == "NOTSET")
     pads = tuple(at.get("pads", (0, 0, 0, 0)))
     _need(len(pads) == 4 and all(p >= 0 for p in pads))
+    # canonical forms, so that rules written for pad = "same" / "valid" match exporter output
+    # (explicit pads equal to SAME at this input size)
+    if not any(pads):
+        return "valid"
+    (t, b_), (l, r) = [window_pads(hw[k], kernel[k], stride[k], "same") for k in (0, 1)]
+    if pads == (t, l, b_, r):
+        return "same"
     return pads
 
 
@@ -798,7 +957,7 @@ def _pool(kind: str) -> Callable:
         at = _attrs(node)
         _known(at, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
                     "pads", "strides", "storage_order"})
-        _need(len([o for o in node.output if o]) == 1 and node.output[0])
+        _need(node.output[0] and all(imp.unused(o) for o in node.output[1:]))
         _need(not at.get("ceil_mode", 0) and not at.get("storage_order", 0))
         kernel = tuple(at["kernel_shape"])
         x, stride, pad = _window_common(imp, node, at, kernel)
@@ -874,7 +1033,7 @@ def _batchnorm(imp: _Importer, i: int, node: Any) -> None:
     _need(not at.get("training_mode", 0) and at.get("spatial", 1) == 1)
     _need(imp.opset >= 7 or at.get("is_test", 0) == 1)
     _need(len(node.input) == 5 and all(node.input))
-    _need(not any(node.output[1:]))
+    _need(all(imp.unused(o) for o in node.output[1:]))     # e.g. a Dropout mask nobody reads
     imp.emit("batchnorm", [imp.val(v, node) for v in node.input], node.output[0],
              eps=_short(np.float32(at.get("epsilon", 1e-5))))
 
@@ -894,7 +1053,7 @@ def _softmax(imp: _Importer, i: int, node: Any) -> None:
 def _layernorm(imp: _Importer, i: int, node: Any) -> None:
     at = _attrs(node)
     _known(at, {"axis", "epsilon", "stash_type"})
-    _need(at.get("stash_type", 1) == 1 and not any(node.output[1:]))
+    _need(at.get("stash_type", 1) == 1 and all(imp.unused(o) for o in node.output[1:]))
     _need(len(node.input) >= 2 and node.input[1])
     x = imp.type_of(node.input[0], node)
     axis = at.get("axis", -1)
@@ -921,7 +1080,7 @@ def _gelu(imp: _Importer, i: int, node: Any) -> None:
 def _dropout(imp: _Importer, i: int, node: Any) -> None:
     at = _attrs(node)
     _known(at, {"ratio", "seed", "is_test"})
-    _need(not any(node.output[1:]))
+    _need(all(imp.unused(o) for o in node.output[1:]))     # e.g. a Dropout mask nobody reads
     ratio = at.get("ratio", 0.5)
     if imp.opset >= 12:
         if len(node.input) > 2 and node.input[2]:
@@ -1019,6 +1178,45 @@ def _expand(imp: _Importer, i: int, node: Any) -> None:
     imp.emit("broadcast", [imp.val(node.input[0], node)], node.output[0], shape=out.shape)
 
 
+def _cast(imp: _Importer, i: int, node: Any) -> None:
+    """A Cast to the element type the value already has is the value itself."""
+    at = _attrs(node)
+    _known(at, {"to", "saturate"})
+    x = imp.type_of(node.input[0], node)
+    _need(ONNX_TO_DTYPE.get(at["to"]) == x.dtype)
+    imp.alias(node.output[0], imp.val(node.input[0], node))
+
+
+def _sum(imp: _Importer, i: int, node: Any) -> None:
+    """Sum of N operands (ONNX broadcasting): a chain of ewadd, left to right."""
+    _need(not node.attribute and node.input and all(node.input))
+    out = imp.type_of(node.output[0], node)
+    if len(node.input) == 1:
+        _need(imp.type_of(node.input[0], node).shape == out.shape)
+        imp.alias(node.output[0], imp.val(node.input[0], node))
+        return
+    vals = [_to(imp, imp.val(v, node), imp.type_of(v, node), out.shape) for v in node.input]
+    acc = vals[0]
+    for k, v in enumerate(vals[1:], 2):
+        acc = imp.emit("ewadd", [acc, v], node.output[0] if k == len(vals) else None)
+
+
+def _div(imp: _Importer, i: int, node: Any) -> None:
+    """x / c for a scalar constant c that is a power of two: x * (1/c) exactly (attention's
+    division by sqrt(head size) = 8); other divisions stay opaque."""
+    _need(len(node.input) == 2 and not node.attribute)
+    x, d = node.input
+    c = imp.consts.get(d)
+    out = imp.type_of(node.output[0], node)
+    _need(c is not None and c.value.size == 1 and out.dtype in ("f16", "f32", "f64")
+          and d not in imp.defined and imp.type_of(x, node).shape == out.shape)
+    v = float(c.value.reshape(-1)[0])
+    _need(v != 0 and np.isfinite(v))
+    m, _ = math.frexp(abs(v))
+    _need(m == 0.5)                  # a power of two: the reciprocal is exact
+    imp.emit("scale", [imp.val(x, node)], node.output[0], value=1.0 / v)
+
+
 def _activation(op: str) -> Callable:
     return _unary(op)
 
@@ -1035,6 +1233,7 @@ _MAPPERS: dict[str, Callable[[_Importer, int, Any], None]] = {
     "Transpose": _transpose, "BatchNormalization": _batchnorm, "Softmax": _softmax,
     "LayerNormalization": _layernorm, "Gelu": _gelu, "Dropout": _dropout,
     "ReduceMean": _reduce_mean, "Slice": _slice, "Pad": _pad, "Expand": _expand,
+    "Cast": _cast, "Sum": _sum, "Div": _div,
 }
 MAPPED_OPS: frozenset[str] = frozenset(_MAPPERS) | {"Constant", "Identity"}
 
