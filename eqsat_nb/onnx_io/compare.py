@@ -54,7 +54,11 @@ def compare(r: OnnxImport, feeds: Mapping[str, np.ndarray], rtol: float = 1e-4,
     got = run(r.graph, env)
     problems = _diff("interpreter", got, want, rtol, atol)
     if export:
-        m = to_onnx(r.graph, r.weights)
+        from ..errors import TirError
+        try:
+            m = to_onnx(r.graph, r.weights)
+        except TirError as e:
+            return problems + [f"export: {e.message}"]
         names = [i.name for i in m.graph.input]
         order = [ssa for ssa, _ in r.graph.inputs]
         ssa_feeds = {r.ssa_of[k]: v for k, v in feeds.items() if k in r.ssa_of}

@@ -467,7 +467,7 @@ class _Importer:
         self.consts[node.output[0]] = _Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
-        node = self.drop_empty_inputs(node)
+        node, opset = self.drop_empty_inputs(node)
         ins = [self.val(v, node) for v in node.input if v]
         outs = [v for v in node.output if v]
         types = []
@@ -479,8 +479,8 @@ class _Importer:
             types.append(self.type_of(v, node))
         domain = node.domain if node.domain != "ai.onnx" else ""
         attrs = {"op": node.op_type, "domain": domain,
-                 "opset": self.opsets.get(domain, self.opsets.get("ai.onnx" if not domain else
-                                                                  domain, 1)),
+                 "opset": opset or self.opsets.get(domain, self.opsets.get(
+                     "ai.onnx" if not domain else domain, 1)),
                  "onnx": encode_node(node, [bool(v) for v in node.input],
                                      [bool(v) for v in node.output])}
         names = [self.ssa_for(v) for v in outs]
@@ -492,33 +492,38 @@ class _Importer:
             raise self.err(e.message, node) from None
         self.defined.update(outs)
 
-    def drop_empty_inputs(self, node: Any) -> Any:
+    def drop_empty_inputs(self, node: Any) -> tuple[Any, int | None]:
         """An empty constant fed to an optional input (Resize's roi and scales as torch writes
-        them) means the input is absent: the IR holds no zero-size tensors, so it is left out."""
+        them) means the input is absent: the IR holds no zero-size tensors, so it is left out.
+        Resize-11/12 require roi and scales (empty when unused); it is kept as a Resize-13, which
+        computes the same and takes "" for them. Returns the node and the opset it is kept at
+        (None: the model's)."""
         empty = [k for k, v in enumerate(node.input)
-                 if v and v in self.consts and v not in self.defined and self.consts[v].value.size == 0
-                 and v not in self.meta_weight_inputs]
+                 if v and v in self.consts and v not in self.defined
+                 and self.consts[v].value.size == 0 and v not in self.meta_weight_inputs]
         if not empty:
-            return node
+            return node, None
         import onnx
         from onnx import defs
+        opset = None
+        if node.op_type == "Resize" and node.domain in ("", "ai.onnx") and self.opset in (11, 12):
+            opset = 13
         try:
-            schema = defs.get_schema(node.op_type, self.opset, node.domain or "")
+            schema = defs.get_schema(node.op_type, opset or self.opset, node.domain or "")
         except Exception:    # noqa: BLE001 - no schema: leave it (the error names the value)
-            return node
+            return node, None
         for k in empty:
             formal = schema.inputs[min(k, len(schema.inputs) - 1)] if schema.inputs else None
             if formal is None or formal.option != defs.OpSchema.FormalParameterOption.Optional:
                 raise self.err(f"input '{node.input[k]}' is an empty tensor, which the IR cannot "
-                               f"hold (the operator needs it at opset {self.opset}; a model "
-                               f"exported at a newer opset, where it is optional, imports)", node)
+                               f"hold (the operator needs it at opset {self.opset})", node)
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         for k in empty:
             copy.input[k] = ""
         while copy.input and not copy.input[-1]:
             del copy.input[-1]
-        return copy
+        return copy, opset
 
     # ------------------------------------------------------------------ patterns
     def single_use(self, v: str) -> bool:
@@ -911,13 +916,14 @@ def _padding(imp: _Importer, node: Any, at: dict, hw: tuple[int, int], kernel: t
     _need(auto == "NOTSET")
     pads = tuple(at.get("pads", (0, 0, 0, 0)))
     _need(len(pads) == 4 and all(p >= 0 for p in pads))
-    # canonical forms, so that rules written for pad = "same" / "valid" match exporter output
-    # (explicit pads equal to SAME at this input size)
-    if not any(pads):
-        return "valid"
+    # canonical forms, so that rules written for pad = "same" (the default) / "valid" match
+    # exporter output: explicit pads equal to SAME at this input size are "same" (a 1x1 conv's
+    # zero pads too), other zero pads "valid"
     (t, b_), (l, r) = [window_pads(hw[k], kernel[k], stride[k], "same") for k in (0, 1)]
     if pads == (t, l, b_, r):
         return "same"
+    if not any(pads):
+        return "valid"
     return pads
 
 
