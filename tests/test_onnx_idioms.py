@@ -289,14 +289,18 @@ def test_if_with_constant_condition_is_inlined():
 
 
 def test_if_with_data_condition_and_loops_stay_opaque():
+    then_g = helper.make_graph([N("Relu", ["x2"], "t_out")], "then", [], [vi("t_out", [2, 2])])
+    else_g = helper.make_graph([N("Mul", ["x2", "k"], "e_out")], "else", [],
+                               [vi("e_out", [2, 2])])
     nodes = [N("ReduceSum", ["x"], "s", keepdims=0), C("z", 0.0, np.float32),
-             N("Greater", ["s", "z"], "cond"),
-             N("If", ["cond"], "r", then_branch=_branch("a", np.ones((2, 2))),
-               else_branch=_branch("b", np.zeros((2, 2)))),
+             N("Greater", ["s", "z"], "cond"), N("Sigmoid", ["x"], "x2"),
+             N("If", ["cond"], "r", then_branch=then_g, else_branch=else_g),
              N("Add", ["r", "x"], "y")]
-    m = model(nodes, [vi("x", [2, 2])], [vi("y", [2, 2])], opset=13)
-    r = check(m)
-    assert any(n.op == "opaque" and n.attr["op"] == "If" for n in r.graph.nodes)
+    m = model(nodes, [vi("x", [2, 2])], [vi("y", [2, 2])], [W("k", 2, 2)], opset=13)
+    r = check(m, export=False)
+    (if_node,) = [n for n in r.graph.nodes if n.op == "opaque" and n.attr["op"] == "If"]
+    # the branches' reads of x2 and k are operands: the IR sees the dependency
+    assert if_node.attr["op"] == "If" and len(if_node.inputs) == 3
     # LSTM and GRU as torch writes them (opaque with inferred types), a Loop without outer reads
     H, X = 3, 4
     lw = [W("Wl", 1, 4 * H, X), W("Rl", 1, 4 * H, H), W("Wg", 1, 3 * H, X), W("Rg", 1, 3 * H, H)]

@@ -467,8 +467,11 @@ class _Importer:
         self.consts[node.output[0]] = _Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
+        from ..ir.opaque import implicit_inputs
+
         node, opset = self.drop_empty_inputs(node)
         ins = [self.val(v, node) for v in node.input if v]
+        ins += [self.val(v, node) for v in implicit_inputs(node)]   # read by If/Loop bodies
         outs = [v for v in node.output if v]
         types = []
         for v in outs:
