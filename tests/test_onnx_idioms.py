@@ -348,7 +348,9 @@ def test_gemm_transposes(tA, tB):
     w = W("w", *([4, 5] if not tB else [5, 4]))
     m = model([N("Gemm", ["x", "w", "bias"], "y", transA=tA, transB=tB, alpha=1.0, beta=1.0)],
               [vi("x", a)], [vi("y", [3, 5])], [w, W("bias", 5)], opset=11)
-    check(m, ops=["matmul"], no_opaque={"Gemm"})
+    r = check(m, ops=["matmul"], no_opaque={"Gemm"})
+    # a constant B is transposed once at import (torch's Linear): matmul(x, W^T) with W^T a weight
+    assert sum(n.op == "transpose" for n in r.graph.nodes) == tA
 
 
 def test_layernormalization_op_and_gelu_op():
@@ -457,3 +459,17 @@ def test_errors_name_file_node_opset_and_remedy(tmp_path):
     msg = str(e.value)
     assert msg.startswith(f"{path}: error: node '/NonZero_nz' (NonZero, opset 13)")
     assert "batch" in msg and "--input-shape" in msg
+
+
+def test_external_data(tmp_path):
+    """Weights in an external file, as models over 2 GB are saved."""
+    m = model([N("MatMul", ["x", "w"], "y")], [vi("x", ["b", 64])], [vi("y", ["b", 32])],
+              [W("w", 64, 32)])
+    path = tmp_path / "ext.onnx"
+    w = numpy_helper.to_array(m.graph.initializer[0])
+    onnx.save(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.data", size_threshold=0)
+    assert (tmp_path / "ext.data").exists()
+    r = read_onnx(path, input_shapes={"x": (3, 64)})
+    np.testing.assert_array_equal(r.weights["w"], w)
+    assert not compare(r, inputs_for(r))

@@ -886,7 +886,21 @@ def _gemm(imp: _Importer, i: int, node: Any) -> None:
     at = _attrs(node)
     _known(at, {"alpha", "beta", "transA", "transB"})
     _need(len(node.input) in (2, 3))
-    a, b = imp.val(node.input[0], node), imp.val(node.input[1], node)
+    a = imp.val(node.input[0], node)
+    bname = node.input[1]
+    c = imp.consts.get(bname)
+    if at.get("transB", 0) and c is not None and bname not in imp.defined \
+            and bname not in imp.meta_weight_inputs and c.value.ndim == 2:
+        # torch's Linear as Gemm(transB=1): the weight transposed once, so the rules see
+        # matmul(x, W) as in the .tir models (the ONNX initializer itself maps to no IR value)
+        wt = np.ascontiguousarray(c.value.T)
+        wname = imp.weight_name(bname + "_T")
+        dtype = _dtype(_np_elem(wt, bname, imp, node), f"constant '{bname}'")
+        b = imp.b.weight(wt.shape, wname, dtype, value_name=imp.reserve(wname))
+        imp.weights[wname] = wt
+        at = {**at, "transB": 0}
+    else:
+        b = imp.val(bname, node)
     if at.get("transA", 0):
         a = imp.emit("transpose", [a], perm=(1, 0))
     if at.get("transB", 0):
