@@ -197,6 +197,9 @@ def test_expand_range_where_constantofshape():
     m = model(nodes, [vi("x", [1, S])], [vi("y", [1, S])], [mask], opset=14)
     r = check(m, no_opaque={"Range", "Expand", "Where", "ConstantOfShape", "Slice", "Equal"})
     assert {"pos", "posx", "size", "b2"} <= r.folded
+    # a folded value read as data became a weight, and the ONNX name maps to it
+    (wnode,) = [n for n in r.graph.nodes if n.op == "weight" and n.results[0] == r.ssa_of["posf"]]
+    assert wnode.types[0].shape == (1, S)
 
 
 def test_computed_pads_and_resize_with_empty_roi():

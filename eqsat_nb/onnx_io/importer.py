@@ -1,16 +1,22 @@
 """ONNX model → IR Graph plus weight values.
 
 Types come from `onnx.shape_inference` (with data propagation) after symbolic input dimensions are
-fixed (`dims` by name, else DEFAULT_DIM). Initializers and Constant nodes are constants: one used
-as a data operand becomes a `weight` node (placed where the exporter's metadata says, else just
-before its first user); one read as a static parameter (a Reshape's shape, a Split's sizes, ...)
-is only read. Old-format models that list initializers among the graph inputs import: those are
+fixed (`input_shapes` by input, `dims` by dim_param, else DEFAULT_DIM: reported in
+`OnnxImport.symbolic`/`defaulted`, never silently). Shape computations are then folded (fold.py):
+a node whose inputs are all constants, or a Shape of a known shape, gives a constant, and an If
+with a constant condition is replaced by its branch. Initializers, Constant nodes and folded
+values are constants: one used as a data operand becomes a `weight` node (placed where the
+exporter's metadata says, else just before its first user); one read as a static parameter (a
+Reshape's shape, a Split's sizes, ...) is only read. Old-format models that list initializers among the graph inputs import: those are
 weights, not inputs.
 
 Each ONNX node maps onto the operator table where the semantics match exactly (broadcasting made
 explicit with `broadcast`/`reshape`); anything else, including a mappable op with an attribute the
 IR cannot express, becomes an `opaque` node carrying the ONNX node verbatim. The exporter's
 conventions (see exporter.py) are read back so that `.tir → .onnx → .tir` is the identity.
+Exporter forms are canonicalized so rules meet them: explicit pads equal to SAME are "same",
+Gemm(transB) of a constant is matmul with the transposed weight, the LayerNorm and GELU
+decompositions are one op, unused optional outputs (Dropout masks) are dropped.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ import numpy as np
 from ..errors import ShapeError, TirError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Graph, TensorType
-from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node
+from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node, implicit_inputs
 from ..ir.shapes import window_pads
 from .exporter import WEIGHTS_KEY
 
@@ -94,8 +100,8 @@ class _Importer:
             for v in node.input:
                 if v:
                     self.consumers.setdefault(v, []).append(i)
-            for a in node.attribute:          # outer-scope reads of subgraphs are uses too
-                for v in _subgraph_reads(a):
+            if any(a.type in (5, 10) for a in node.attribute):   # what If/Loop bodies read
+                for v in implicit_inputs(node):
                     self.consumers.setdefault(v, []).append(i)
         self.graph_outputs = {o.name for o in g.output}
 
@@ -467,8 +473,6 @@ class _Importer:
         self.consts[node.output[0]] = _Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
-        from ..ir.opaque import implicit_inputs
-
         node, opset = self.drop_empty_inputs(node)
         ins = [self.val(v, node) for v in node.input if v]
         ins += [self.val(v, node) for v in implicit_inputs(node)]   # read by If/Loop bodies
@@ -718,7 +722,7 @@ class _Importer:
             if self.types.get(bn.output[0]) != tx:
                 continue
             self.skip.update((mi, si, sq[0], vi, ai, qi, di, gi))
-            self.layernorm_at[bi] = (x, gamma, beta, r - len(norm) - r,
+            self.layernorm_at[bi] = (x, gamma, beta, -len(norm),
                                      _short(np.float32(eps)))
 
     # fused activations written by the exporter: Conv/MatMul/Pool → "r#act" → Relu → "r"
@@ -754,21 +758,6 @@ def _np_to_onnx(dt: Any) -> int:
 
 def _dims_text(shapes: Mapping[str, list]) -> str:
     return ", ".join(f"'{k}' [{', '.join(str(d) for d in v)}]" for k, v in shapes.items())
-
-
-def _subgraph_reads(a: Any) -> set[str]:
-    """Names a node's subgraph attribute reads from the enclosing scope."""
-    graphs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
-    out: set[str] = set()
-    for g in graphs:
-        local = {i.name for i in g.input} | {t.name for t in g.initializer}
-        local |= {o for n in g.node for o in n.output}
-        for n in g.node:
-            out.update(v for v in n.input if v and v not in local)
-            for b in n.attribute:
-                out.update(v for v in _subgraph_reads(b) if v not in local)
-        out.update(o.name for o in g.output if o.name not in local)
-    return out
 
 
 def _sanitize(name: str) -> str:
