@@ -37,6 +37,8 @@ class Folded:
     values: dict[str, np.ndarray] = field(default_factory=dict)   # folded node outputs
     symbolic: set[str] = field(default_factory=set)  # folded values that read a free dim
     inlined: list[str] = field(default_factory=list)  # names of the If nodes inlined
+    concrete: dict[str, list[bool]] | None = None   # with free dims: which dims of each value
+    #                                                 are numbers whatever the free dims are
 
 
 def _shape_of(vi: Any) -> tuple[int, ...] | None:
@@ -243,7 +245,7 @@ def fold_model(model: Any, input_dims: Mapping[str, tuple[int, ...]],
             new = True
         if not new:
             break
-    return Folded(cur, inferred, values, symbolic, inlined)
+    return Folded(cur, inferred, values, symbolic, inlined, sym_shapes if tainted else None)
 
 
 def _symbolic_shapes(model: Any, input_dims: Mapping[str, tuple[int, ...]],

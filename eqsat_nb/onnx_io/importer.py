@@ -85,6 +85,7 @@ class _Importer:
         self.symbolic: dict[str, list[int | str]] = {}   # input → its dims as written
         self.defaulted: dict[str, list[int]] = {}        # input → axes given DEFAULT_DIM
         self.inlined: list[str] = []
+        self.concrete: dict[str, list[bool]] | None = None
         self.index_nodes(g)
         self.skip: set[int] = set()
         self.b = GraphBuilder(_sanitize(g.name) or "main")
@@ -104,6 +105,13 @@ class _Importer:
                 for v in implicit_inputs(node):
                     self.consumers.setdefault(v, []).append(i)
         self.graph_outputs = {o.name for o in g.output}
+
+    def fixed_dim(self, v: str, axis: int) -> bool:
+        """Whether dim `axis` of `v` is the same whatever the defaulted input dims are."""
+        if self.concrete is None:
+            return True
+        c = self.concrete.get(v)
+        return c is not None and axis < len(c) and c[axis]
 
     def unused(self, v: str) -> bool:
         """An output nothing reads (no consumer, not a graph output)."""
@@ -373,6 +381,7 @@ class _Importer:
             self.consts[name] = _Const(v, True)
             self.folded.add(name)
         self.symbolic_values = res.symbolic
+        self.concrete = res.concrete
         g = self.model.graph
         ig = res.inferred.graph
         for vi in list(ig.input) + list(ig.value_info) + list(ig.output):
@@ -926,8 +935,9 @@ def _padding(imp: _Importer, node: Any, at: dict, hw: tuple[int, int], kernel: t
     # exporter output: explicit pads equal to SAME at this input size are "same" (a 1x1 conv's
     # zero pads too), other zero pads "valid"
     (t, b_), (l, r) = [window_pads(hw[k], kernel[k], stride[k], "same") for k in (0, 1)]
-    if pads == (t, l, b_, r):
-        return "same"
+    if pads == (t, l, b_, r) and all(stride[k] == 1 or imp.fixed_dim(node.input[0], 2 + k)
+                                     for k in (0, 1)):
+        return "same"       # strided SAME depends on the size: only where the size is fixed
     if not any(pads):
         return "valid"
     return pads
