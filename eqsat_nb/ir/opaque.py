@@ -61,6 +61,41 @@ def encode_node(node: Any, inputs_present: Sequence[bool], outputs_present: Sequ
     return base64.b64encode(copy.SerializeToString(deterministic=True)).decode("ascii")
 
 
+def implicit_inputs(node: Any) -> list[str]:
+    """The enclosing-scope names a node's subgraphs (If/Loop/Scan bodies) read, in order of
+    first appearance. An opaque node with subgraphs takes them as operands after the explicit
+    ones (so the IR knows the dependency), and the stored node keeps their original names."""
+    seen: dict[str, None] = {}
+    for a in node.attribute:
+        for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+            for v in _graph_reads(g):
+                seen.setdefault(v)
+    return list(seen)
+
+
+def _graph_reads(g: Any) -> list[str]:
+    local = {i.name for i in g.input} | {t.name for t in g.initializer}
+    out: dict[str, None] = {}
+    for n in g.node:
+        for v in n.input:
+            if v and v not in local:
+                out.setdefault(v)
+        for v in implicit_inputs(n):
+            if v not in local:
+                out.setdefault(v)
+        local.update(o for o in n.output if o)
+    for o in g.output:
+        if o.name not in local:
+            out.setdefault(o.name)
+    return list(out)
+
+
+def input_names(node: Any) -> list[str]:
+    """The one-node model's input names for a stored node: i0, i1, ... then its implicit ones."""
+    n = sum(1 for i in node.input if i)
+    return [f"i{k}" for k in range(n)] + implicit_inputs(node)
+
+
 @lru_cache(maxsize=1024)
 def _decode(b64: str) -> bytes:
     try:
@@ -100,9 +135,10 @@ def check_opaque(attrs: Mapping[str, Any], n_inputs: int, n_results: int) -> Non
     outs = [o for o in node.output if o]
     if outs != [f"o{k}" for k in range(len(outs))]:
         raise OpaqueAttrError("the stored ONNX node's outputs must be o0, o1, ... or \"\"", "onnx")
-    if len(ins) != n_inputs:
-        raise OpaqueAttrError(f"opaque {attrs['op']}: the stored node reads {len(ins)} "
-                              f"operand{'s' if len(ins) != 1 else ''}, {n_inputs} given", "onnx")
+    n_in = len(ins) + len(implicit_inputs(node))
+    if n_in != n_inputs:
+        raise OpaqueAttrError(f"opaque {attrs['op']}: the stored node reads {n_in} "
+                              f"operand{'s' if n_in != 1 else ''}, {n_inputs} given", "onnx")
     if len(outs) != n_results:
         raise OpaqueAttrError(f"opaque {attrs['op']}: the stored node has {len(outs)} "
                               f"result{'s' if len(outs) != 1 else ''}, {n_results} declared",
@@ -127,8 +163,8 @@ def one_node_model(attrs: Mapping[str, Any], in_types: Sequence[TensorType],
             raise TirError(f"opaque {attrs['op']}: element type {t.dtype} has no ONNX equivalent")
     graph = helper.make_graph(
         [node], f"opaque_{attrs['op']}",
-        [helper.make_tensor_value_info(f"i{k}", DTYPE_TO_ONNX[t.dtype], list(t.shape))
-         for k, t in enumerate(in_types)],
+        [helper.make_tensor_value_info(name, DTYPE_TO_ONNX[t.dtype], list(t.shape))
+         for name, t in zip(input_names(node), in_types)],
         [helper.make_tensor_value_info(f"o{k}", DTYPE_TO_ONNX[t.dtype], list(t.shape))
          for k, t in enumerate(out_types)])
     model = helper.make_model(graph, opset_imports=[
@@ -155,8 +191,9 @@ def run_opaque(attrs: tuple, args: Sequence[np.ndarray], in_types: Sequence[Tens
     a = dict(attrs)
     try:
         sess = _session(tuple(attrs), tuple(in_types), tuple(out_types))
-        feeds = {f"i{k}": np.asarray(x, dtype=NP_DTYPES[t.dtype])
-                 for k, (x, t) in enumerate(zip(args, in_types))}
+        names = input_names(decode_node(a))
+        feeds = {name: np.asarray(x, dtype=NP_DTYPES[t.dtype])
+                 for name, x, t in zip(names, args, in_types)}
         outs = sess.run(None, feeds)
     except TirError:
         raise

@@ -116,8 +116,14 @@ def check_case(case: Any, run_opaque: bool = True, roundtrip: bool = True) -> Ca
     names = [i.name for i in model.graph.input]
     constants = ({n: np.asarray(x) for n, x in zip(names, case.data_sets[0][0]) if n in frozen}
                  if frozen else None)
+    shapes = None      # symbolic (or 0) dims of the inputs take the sizes the data has
+    if all(isinstance(x, np.ndarray) for d in case.data_sets for x in d[0]):
+        per = [{n: tuple(x.shape) for n, x in zip(names, d[0]) if n not in frozen}
+               for d in case.data_sets]
+        if all(p == per[0] for p in per):
+            shapes = per[0]
     try:
-        graph, weights = from_onnx(model, case.name, constants=constants)
+        graph, weights = from_onnx(model, case.name, constants=constants, input_shapes=shapes)
     except TirError as e:
         return CaseResult(case.name, ops, SKIPPED, _reason(e))
     kind = OPAQUE if any(n.op == "opaque" for n in graph.nodes) else MAPPED

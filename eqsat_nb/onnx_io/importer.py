@@ -1,23 +1,29 @@
 """ONNX model → IR Graph plus weight values.
 
 Types come from `onnx.shape_inference` (with data propagation) after symbolic input dimensions are
-fixed (`dims` by name, else DEFAULT_DIM). Initializers and Constant nodes are constants: one used
-as a data operand becomes a `weight` node (placed where the exporter's metadata says, else just
-before its first user); one read as a static parameter (a Reshape's shape, a Split's sizes, ...)
-is only read. Old-format models that list initializers among the graph inputs import: those are
+fixed (`input_shapes` by input, `dims` by dim_param, else DEFAULT_DIM: reported in
+`OnnxImport.symbolic`/`defaulted`, never silently). Shape computations are then folded (fold.py):
+a node whose inputs are all constants, or a Shape of a known shape, gives a constant, and an If
+with a constant condition is replaced by its branch. Initializers, Constant nodes and folded
+values are constants: one used as a data operand becomes a `weight` node (placed where the
+exporter's metadata says, else just before its first user); one read as a static parameter (a
+Reshape's shape, a Split's sizes, ...) is only read. Old-format models that list initializers among the graph inputs import: those are
 weights, not inputs.
 
 Each ONNX node maps onto the operator table where the semantics match exactly (broadcasting made
 explicit with `broadcast`/`reshape`); anything else, including a mappable op with an attribute the
 IR cannot express, becomes an `opaque` node carrying the ONNX node verbatim. The exporter's
 conventions (see exporter.py) are read back so that `.tir → .onnx → .tir` is the identity.
+Exporter forms are canonicalized so rules meet them: explicit pads equal to SAME are "same",
+Gemm(transB) of a constant is matmul with the transposed weight, the LayerNorm and GELU
+decompositions are one op, unused optional outputs (Dropout masks) are dropped.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -26,7 +32,7 @@ import numpy as np
 from ..errors import ShapeError, TirError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Graph, TensorType
-from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node
+from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node, implicit_inputs
 from ..ir.shapes import window_pads
 from .exporter import WEIGHTS_KEY
 
@@ -59,24 +65,28 @@ def _dtype(elem: int, what: str) -> str:
 
 
 class _Importer:
-    def __init__(self, model: Any, source: str, dims: Mapping[str, int]) -> None:
+    def __init__(self, model: Any, source: str, dims: Mapping[str, int],
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
         self.source = source
         self.model = model
         self.dims = dims
+        self.input_shapes = dict(input_shapes or {})
         g = model.graph
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
         self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
         self.consts: dict[str, _Const] = {}
+        self.const_alias: dict[str, str] = {}    # Identity of a constant → the constant
         self.types: dict[str, TensorType] = {}
         self.value: dict[str, str] = {}         # ONNX name → SSA value
         self.weights: dict[str, np.ndarray] = {}
         self.weight_ssa: dict[str, str] = {}    # ONNX name of a materialized weight → SSA
-        self.consumers: dict[str, list[int]] = {}
-        for i, node in enumerate(g.node):
-            for v in node.input:
-                if v:
-                    self.consumers.setdefault(v, []).append(i)
-        self.graph_outputs = {o.name for o in g.output}
+        self.folded: set[str] = set()           # node outputs folded into constants
+        self.symbolic_values: set[str] = set()  # folded values that read a defaulted dim
+        self.symbolic: dict[str, list[int | str]] = {}   # input → its dims as written
+        self.defaulted: dict[str, list[int]] = {}        # input → axes given DEFAULT_DIM
+        self.inlined: list[str] = []
+        self.concrete: dict[str, list[bool]] | None = None
+        self.index_nodes(g)
         self.skip: set[int] = set()
         self.b = GraphBuilder(_sanitize(g.name) or "main")
         self.used_names: set[str] = set()
@@ -85,10 +95,36 @@ class _Importer:
         self.bad_types: dict[str, int] = {}       # values of element types the IR lacks
         self.zero_size: set[str] = set()
 
+    def index_nodes(self, g: Any) -> None:
+        self.consumers: dict[str, list[int]] = {}
+        for i, node in enumerate(g.node):
+            for v in node.input:
+                if v:
+                    self.consumers.setdefault(v, []).append(i)
+            if any(a.type in (5, 10) for a in node.attribute):   # what If/Loop bodies read
+                for v in implicit_inputs(node):
+                    self.consumers.setdefault(v, []).append(i)
+        self.graph_outputs = {o.name for o in g.output}
+
+    def fixed_dim(self, v: str, axis: int) -> bool:
+        """Whether dim `axis` of `v` is the same whatever the defaulted input dims are."""
+        if self.concrete is None:
+            return True
+        c = self.concrete.get(v)
+        return c is not None and axis < len(c) and c[axis]
+
+    def unused(self, v: str) -> bool:
+        """An output nothing reads (no consumer, not a graph output)."""
+        return not v or (v not in self.consumers and v not in self.graph_outputs)
+
     # ------------------------------------------------------------------ errors and names
     def err(self, msg: str, node: Any = None) -> TirError:
         if node is not None:
-            label = f"node '{node.name}' ({node.op_type})" if node.name else f"{node.op_type} node"
+            dom = node.domain if node.domain not in ("", "ai.onnx") else ""
+            ver = self.opsets.get(dom) if dom else self.opset
+            where = f"{dom} opset {ver}" if dom else f"opset {ver}"
+            label = (f"node '{node.name}' ({node.op_type}, {where})" if node.name
+                     else f"{node.op_type} node ({where})")
             msg = f"{label}: {msg}"
         return TirError(msg, file=self.source)
 
@@ -120,8 +156,12 @@ class _Importer:
         if t is None and name in self.zero_size:
             raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node)
         if t is None:
+            hint = ("data-dependent shapes are not supported" if not self.defaulted else
+                    "it may depend on the symbolic input dims " + _dims_text(self.symbolic) +
+                    ", which took the size " + str(DEFAULT_DIM) + ": give the input shapes "
+                    "(--input-shape NAME=1x3x224x224 / --dim SYMBOL=VALUE)")
             raise self.err(f"the shape of '{name}' is unknown (shape inference could not derive "
-                           f"it; data-dependent shapes are not supported)", node)
+                           f"it; {hint})", node)
         return t
 
     def const(self, name: str) -> np.ndarray | None:
@@ -132,6 +172,10 @@ class _Importer:
         """The SSA value of an ONNX value used as a data operand (a constant becomes a weight)."""
         if name in self.weight_ssa:
             return self.weight_ssa[name]
+        if name in self.const_alias and name not in self.defined:   # Identity of a constant
+            ssa = self.val(self.const_alias[name], node)
+            self.weight_ssa[name] = ssa
+            return ssa
         if name in self.consts and name not in self.defined:
             return self.materialize(name, node)
         if name not in self.defined:
@@ -198,6 +242,7 @@ class _Importer:
                 raise self.err(f"cannot read initializer '{t.name}': {e}") from None
         self.read_metadata()
         self.infer_types()
+        g = self.model.graph             # If nodes with a constant condition may be inlined
         for node in g.node:             # reserve every ONNX value name first: helpers never clash
             for v in node.output:
                 if v:
@@ -217,7 +262,12 @@ class _Importer:
         for node in g.node:      # constants first: patterns (find_gelu) read their values
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.constant(node)
+            elif node.op_type == "Identity" and node.domain in ("", "ai.onnx") and \
+                    node.input[0] in self.consts:     # torch's deduplicated initializers
+                self.consts[node.output[0]] = self.consts[node.input[0]]
+                self.const_alias[node.output[0]] = node.input[0]
         self.find_gelu()
+        self.find_layernorm()
         for i, node in enumerate(g.node):
             if i in self.skip:
                 continue
@@ -255,30 +305,85 @@ class _Importer:
             self.value[init] = ssa
             self.used_names.add(ssa)
 
-    def infer_types(self) -> None:
-        from onnx import shape_inference
-
+    def input_dims(self) -> tuple[dict[str, tuple[int, ...]], dict[str, set[int]]]:
+        """The shape each graph input is imported with, and the axes that took DEFAULT_DIM
+        because the user named no size for them. A dim that is a dim_param, unnamed, or written
+        as -1 or 0 is symbolic."""
         g = self.model.graph
-        m = _copy_light(self.model)
-        inits = {t.name for t in m.graph.initializer}
-        for inp in m.graph.input:
+        inits = {t.name for t in g.initializer}
+        names = {i.name for i in g.input}
+        for name in self.input_shapes:
+            if name not in names or name in inits:
+                raise self.err(f"input shape given for '{name}', which is not a graph input "
+                               f"(inputs: {', '.join(sorted(names - inits)) or 'none'})")
+        shapes: dict[str, tuple[int, ...]] = {}
+        free: dict[str, set[int]] = {}
+        for inp in g.input:
             if inp.name in inits:
                 continue
             tt = inp.type.tensor_type
             if not inp.type.HasField("tensor_type") or not tt.HasField("shape"):
-                raise self.err(f"graph input '{inp.name}' has no tensor shape")
-            for d in tt.shape.dim:
-                if d.HasField("dim_value"):
+                if inp.name in self.input_shapes:
+                    shapes[inp.name] = tuple(int(d) for d in self.input_shapes[inp.name])
                     continue
-                size = self.dims.get(d.dim_param, DEFAULT_DIM) if d.dim_param else DEFAULT_DIM
-                d.Clear()
-                d.dim_value = size
+                raise self.err(f"graph input '{inp.name}' has no tensor shape (give it one: "
+                               f"--input-shape {inp.name}=...)")
+            labels: list[int | str] = []
+            for d in tt.shape.dim:
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    labels.append(int(d.dim_value))
+                else:
+                    labels.append(d.dim_param if d.dim_param else "?")
+            if any(isinstance(x, str) for x in labels):
+                self.symbolic[inp.name] = labels
+            given = self.input_shapes.get(inp.name)
+            if given is not None:
+                given = tuple(int(d) for d in given)
+                if len(given) != len(labels) or any(
+                        isinstance(x, int) and x != y for x, y in zip(labels, given)) or any(
+                        y < 0 for y in given):
+                    raise self.err(f"input shape {_dims_text({inp.name: list(given)})} given for "
+                                   f"'{inp.name}', whose dims are "
+                                   f"{_dims_text({inp.name: labels})}")
+                shapes[inp.name] = given
+                continue
+            dims = []
+            for k, x in enumerate(labels):
+                if isinstance(x, int):
+                    dims.append(x)
+                elif x != "?" and x in self.dims:
+                    dims.append(int(self.dims[x]))
+                else:
+                    dims.append(DEFAULT_DIM)
+                    free.setdefault(inp.name, set()).add(k)
+            shapes[inp.name] = tuple(dims)
+        self.defaulted = {k: sorted(v) for k, v in free.items()}
+        return shapes, free
+
+    def infer_types(self) -> None:
+        from . import fold
+
+        shapes, free = self.input_dims()
+        known = {k: c.value for k, c in self.consts.items() if c.value.size <= fold.FOLD_MAX}
         try:
-            inferred = shape_inference.infer_shapes(m, check_type=False, strict_mode=False,
-                                                    data_prop=True)
+            res = fold.fold_model(self.model, shapes, known, free, _SMALL)
         except Exception as e:   # noqa: BLE001 - inference errors are of onnx's own types
             raise self.err(f"shape inference failed: {str(e).strip().splitlines()[0]}") from None
-        ig = inferred.graph
+        if res.model is not self.model:          # If nodes with a constant condition inlined
+            from onnx import numpy_helper
+            self.model = res.model
+            self.index_nodes(self.model.graph)
+            for t in self.model.graph.initializer:
+                if t.name not in self.consts:
+                    self.consts[t.name] = _Const(numpy_helper.to_array(t), False)
+            self.inlined = res.inlined
+        for name, v in res.values.items():
+            self.consts[name] = _Const(v, True)
+            self.folded.add(name)
+        self.symbolic_values = res.symbolic
+        self.concrete = res.concrete
+        g = self.model.graph
+        ig = res.inferred.graph
         for vi in list(ig.input) + list(ig.value_info) + list(ig.output):
             if vi.name in self.types or not vi.type.HasField("tensor_type"):
                 continue
@@ -298,19 +403,38 @@ class _Importer:
             if t.data_type in ONNX_TO_DTYPE and all(d > 0 for d in t.dims):
                 self.types.setdefault(t.name, TensorType(tuple(t.dims),
                                                          ONNX_TO_DTYPE[t.data_type]))
+        for name, v in res.values.items():
+            dt = next((k for k, t in NP_DTYPES.items() if v.dtype == np.dtype(t)), None)
+            if dt is None:
+                self.bad_types.setdefault(name, _np_to_onnx(v.dtype))
+            elif v.size == 0:
+                self.zero_size.add(name)
+            elif name not in self.types:
+                self.types[name] = TensorType(tuple(int(d) for d in v.shape), dt)
 
     def node(self, i: int, node: Any) -> None:
         op = node.op_type
+        outs = [o for o in node.output if o]
+        if outs and all(o in self.folded for o in outs):
+            return                       # a constant once the input shapes are fixed
         if node.domain in ("", "ai.onnx"):
             if op == "Constant":
                 self.constant(node)
                 return
             if op == "Identity":
                 src = node.input[0]
-                if src in self.consts and src not in self.weight_ssa and src not in self.defined:
+                if node.output[0] in self.const_alias:
+                    return
+                if src in self.consts and src not in self.defined:
                     self.consts[node.output[0]] = self.consts[src]
+                    self.const_alias[node.output[0]] = src
                     return
                 self.alias(node.output[0], self.val(src, node))
+                return
+            if i in self.layernorm_at:
+                x, gm, bt, axis, eps = self.layernorm_at[i]
+                imp_vals = [self.val(v, node) for v in (x, gm, bt)]
+                self.emit("layernorm", imp_vals, node.output[0], axis=axis, eps=eps)
                 return
             mapper = _MAPPERS.get(op)
             first = next((o for o in node.output if o), None)
@@ -358,7 +482,9 @@ class _Importer:
         self.consts[node.output[0]] = _Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
+        node, opset = self.drop_empty_inputs(node)
         ins = [self.val(v, node) for v in node.input if v]
+        ins += [self.val(v, node) for v in implicit_inputs(node)]   # read by If/Loop bodies
         outs = [v for v in node.output if v]
         types = []
         for v in outs:
@@ -369,8 +495,8 @@ class _Importer:
             types.append(self.type_of(v, node))
         domain = node.domain if node.domain != "ai.onnx" else ""
         attrs = {"op": node.op_type, "domain": domain,
-                 "opset": self.opsets.get(domain, self.opsets.get("ai.onnx" if not domain else
-                                                                  domain, 1)),
+                 "opset": opset or self.opsets.get(domain, self.opsets.get(
+                     "ai.onnx" if not domain else domain, 1)),
                  "onnx": encode_node(node, [bool(v) for v in node.input],
                                      [bool(v) for v in node.output])}
         names = [self.ssa_for(v) for v in outs]
@@ -381,6 +507,39 @@ class _Importer:
         except TirError as e:
             raise self.err(e.message, node) from None
         self.defined.update(outs)
+
+    def drop_empty_inputs(self, node: Any) -> tuple[Any, int | None]:
+        """An empty constant fed to an optional input (Resize's roi and scales as torch writes
+        them) means the input is absent: the IR holds no zero-size tensors, so it is left out.
+        Resize-11/12 require roi and scales (empty when unused); it is kept as a Resize-13, which
+        computes the same and takes "" for them. Returns the node and the opset it is kept at
+        (None: the model's)."""
+        empty = [k for k, v in enumerate(node.input)
+                 if v and v in self.consts and v not in self.defined
+                 and self.consts[v].value.size == 0 and v not in self.meta_weight_inputs]
+        if not empty:
+            return node, None
+        import onnx
+        from onnx import defs
+        opset = None
+        if node.op_type == "Resize" and node.domain in ("", "ai.onnx") and self.opset in (11, 12):
+            opset = 13
+        try:
+            schema = defs.get_schema(node.op_type, opset or self.opset, node.domain or "")
+        except Exception:    # noqa: BLE001 - no schema: leave it (the error names the value)
+            return node, None
+        for k in empty:
+            formal = schema.inputs[min(k, len(schema.inputs) - 1)] if schema.inputs else None
+            if formal is None or formal.option != defs.OpSchema.FormalParameterOption.Optional:
+                raise self.err(f"input '{node.input[k]}' is an empty tensor, which the IR cannot "
+                               f"hold (the operator needs it at opset {self.opset})", node)
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        for k in empty:
+            copy.input[k] = ""
+        while copy.input and not copy.input[-1]:
+            del copy.input[-1]
+        return copy, opset
 
     # ------------------------------------------------------------------ patterns
     def single_use(self, v: str) -> bool:
@@ -464,6 +623,117 @@ class _Importer:
             self.skip.update(k for k in inner if k != last)
             self.gelu_at[last] = x
 
+    def find_layernorm(self) -> None:
+        """LayerNorm as torch.onnx writes it below opset 17: m = ReduceMean(x), d = Sub(x, m),
+        v = ReduceMean(Pow(d, 2)) (or Mul(d, d)), y = Div(d, Sqrt(Add(v, eps))), then
+        Mul(y, gamma) and Add(_, beta) with constant gamma/beta → one layernorm."""
+        nodes = self.model.graph.node
+        self.layernorm_at: dict[int, tuple[str, str, str, int, float]] = {}
+        std = ("", "ai.onnx")
+
+        def only_use(v: str) -> tuple[int, Any] | None:
+            if not self.single_use(v):
+                return None
+            k = self.consumers[v][0]
+            return (k, nodes[k]) if nodes[k].domain in std else None
+
+        def axes_of(n: Any) -> tuple[int, ...] | None:
+            at = _attrs(n)
+            if at.get("keepdims", 1) != 1:
+                return None
+            ax = at.get("axes")
+            if len(n.input) > 1 and n.input[1]:
+                c = self.const(n.input[1])
+                ax = None if c is None else [int(v) for v in c.reshape(-1)]
+            return None if ax is None else tuple(ax)
+
+        def scalar(v: str) -> float | None:
+            c = self.const(v)
+            if c is None or c.size != 1 or c.dtype.kind != "f":
+                return None
+            return float(c.reshape(-1)[0])
+
+        def other(n: Any, v: str) -> str | None:
+            if len(n.input) == 2 and v in n.input and n.input[0] != n.input[1]:
+                return n.input[1] if n.input[0] == v else n.input[0]
+            return None
+
+        for mi, mn in enumerate(nodes):
+            if mn.op_type != "ReduceMean" or mn.domain not in std:
+                continue
+            x = mn.input[0]
+            tx = self.types.get(x)
+            ax = axes_of(mn)
+            if tx is None or ax is None or not ax or tx.dtype not in ("f16", "f32", "f64"):
+                continue
+            r = tx.rank
+            norm = sorted(a % r for a in ax)
+            if norm != list(range(r - len(norm), r)):
+                continue
+            u = only_use(mn.output[0])
+            if u is None or u[1].op_type != "Sub" or list(u[1].input) != [x, mn.output[0]]:
+                continue
+            si, sn = u
+            d = sn.output[0]
+            uses = self.consumers.get(d, [])
+            if d in self.graph_outputs or len(uses) not in (2, 3):
+                continue
+            sq = [k for k in set(uses) if nodes[k].op_type in ("Pow", "Mul")]
+            dv = [k for k in set(uses) if nodes[k].op_type == "Div"]
+            if len(sq) != 1 or len(dv) != 1:
+                continue
+            pn = nodes[sq[0]]
+            if pn.op_type == "Pow" and not (pn.input[0] == d and scalar(pn.input[1]) == 2.0
+                                            and len(uses) == 2):
+                continue
+            if pn.op_type == "Mul" and not (list(pn.input) == [d, d] and len(uses) == 3):
+                continue
+            u = only_use(pn.output[0])
+            if u is None or u[1].op_type != "ReduceMean" or u[1].input[0] != pn.output[0] \
+                    or axes_of(u[1]) is None or sorted(a % r for a in axes_of(u[1])) != norm:
+                continue
+            vi = u[0]
+            u = only_use(nodes[vi].output[0])
+            if u is None or u[1].op_type != "Add":
+                continue
+            ai, an = u
+            eps_name = other(an, nodes[vi].output[0])
+            eps = scalar(eps_name) if eps_name else None
+            if eps is None:
+                continue
+            u = only_use(an.output[0])
+            if u is None or u[1].op_type != "Sqrt":
+                continue
+            qi = u[0]
+            u = only_use(nodes[qi].output[0])
+            if u is None or u[0] != dv[0] or list(u[1].input) != [d, nodes[qi].output[0]]:
+                continue
+            di = dv[0]
+            u = only_use(nodes[di].output[0])
+            if u is None or u[1].op_type != "Mul":
+                continue
+            gi, gn = u
+            gamma = other(gn, nodes[di].output[0])
+            u = only_use(gn.output[0])
+            if gamma is None or u is None or u[1].op_type != "Add":
+                continue
+            bi, bn = u
+            beta = other(bn, gn.output[0])
+            nshape = tx.shape[r - len(norm):]
+            ok = True
+            for c in (gamma, beta):
+                cv = self.const(c) if c else None
+                if cv is None or tuple(cv.shape) != nshape or cv.dtype != np.dtype(
+                        NP_DTYPES[tx.dtype]) or c in self.folded:
+                    ok = False
+            if not ok or any(nodes[k].attribute for k in (si, ai, qi, di, gi, bi)):
+                continue
+            if self.types.get(bn.output[0]) != tx:
+                continue
+            self.skip.update((mi, si, sq[0], vi, ai, qi, di, gi))
+            self.layernorm_at[bi] = (x, gamma, beta, -len(norm),
+                                     _short(np.float32(eps)))
+
     # fused activations written by the exporter: Conv/MatMul/Pool → "r#act" → Relu → "r"
     def fused_act(self, node: Any) -> tuple[str, str | None]:
         out = node.output[0]
@@ -487,34 +757,20 @@ def _np_elem(arr: np.ndarray, name: str, imp: _Importer, node: Any) -> int:
                   node)
 
 
+def _np_to_onnx(dt: Any) -> int:
+    from onnx import helper
+    try:
+        return int(helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
+    except Exception:    # noqa: BLE001
+        return 0
+
+
+def _dims_text(shapes: Mapping[str, list]) -> str:
+    return ", ".join(f"'{k}' [{', '.join(str(d) for d in v)}]" for k, v in shapes.items())
+
+
 def _sanitize(name: str) -> str:
     return _BAD_CHARS.sub("_", name)
-
-
-def _copy_light(src: Any) -> Any:
-    """A copy for shape inference without the data of big initializers (they become typed
-    inputs): inference needs their types only, and a model over 2 GB cannot be serialized."""
-    import onnx
-    from onnx import helper
-
-    dst = onnx.ModelProto()
-    dst.ir_version = src.ir_version
-    dst.opset_import.extend(src.opset_import)
-    dst.functions.extend(src.functions)
-    g, sg = dst.graph, src.graph
-    g.name = sg.name
-    g.node.extend(sg.node)
-    g.input.extend(sg.input)
-    g.output.extend(sg.output)
-    g.value_info.extend(sg.value_info)
-    listed = {i.name for i in sg.input}
-    for t in sg.initializer:
-        n = int(np.prod(t.dims)) if len(t.dims) else 1
-        if n <= _SMALL:
-            g.initializer.append(t)
-        elif t.name not in listed:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return dst
 
 
 # ----------------------------------------------------------------------------------- mappers
@@ -628,7 +884,21 @@ def _gemm(imp: _Importer, i: int, node: Any) -> None:
     at = _attrs(node)
     _known(at, {"alpha", "beta", "transA", "transB"})
     _need(len(node.input) in (2, 3))
-    a, b = imp.val(node.input[0], node), imp.val(node.input[1], node)
+    a = imp.val(node.input[0], node)
+    bname = node.input[1]
+    c = imp.consts.get(bname)
+    if at.get("transB", 0) and c is not None and bname not in imp.defined \
+            and bname not in imp.meta_weight_inputs and c.value.ndim == 2:
+        # torch's Linear as Gemm(transB=1): the weight transposed once, so the rules see
+        # matmul(x, W) as in the .tir models (the ONNX initializer itself maps to no IR value)
+        wt = np.ascontiguousarray(c.value.T)
+        wname = imp.weight_name(bname + "_T")
+        dtype = _dtype(_np_elem(wt, bname, imp, node), f"constant '{bname}'")
+        b = imp.b.weight(wt.shape, wname, dtype, value_name=imp.reserve(wname))
+        imp.weights[wname] = wt
+        at = {**at, "transB": 0}
+    else:
+        b = imp.val(bname, node)
     if at.get("transA", 0):
         a = imp.emit("transpose", [a], perm=(1, 0))
     if at.get("transB", 0):
@@ -661,6 +931,15 @@ def _padding(imp: _Importer, node: Any, at: dict, hw: tuple[int, int], kernel: t
     _need(auto == "NOTSET")
     pads = tuple(at.get("pads", (0, 0, 0, 0)))
     _need(len(pads) == 4 and all(p >= 0 for p in pads))
+    # canonical forms, so that rules written for pad = "same" (the default) / "valid" match
+    # exporter output: explicit pads equal to SAME at this input size are "same" (a 1x1 conv's
+    # zero pads too), other zero pads "valid"
+    (t, b_), (l, r) = [window_pads(hw[k], kernel[k], stride[k], "same") for k in (0, 1)]
+    if pads == (t, l, b_, r) and all(stride[k] == 1 or imp.fixed_dim(node.input[0], 2 + k)
+                                     for k in (0, 1)):
+        return "same"       # strided SAME depends on the size: only where the size is fixed
+    if not any(pads):
+        return "valid"
     return pads
 
 
@@ -700,7 +979,7 @@ def _pool(kind: str) -> Callable:
         at = _attrs(node)
         _known(at, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
                     "pads", "strides", "storage_order"})
-        _need(len([o for o in node.output if o]) == 1 and node.output[0])
+        _need(node.output[0] and all(imp.unused(o) for o in node.output[1:]))
         _need(not at.get("ceil_mode", 0) and not at.get("storage_order", 0))
         kernel = tuple(at["kernel_shape"])
         x, stride, pad = _window_common(imp, node, at, kernel)
@@ -776,7 +1055,7 @@ def _batchnorm(imp: _Importer, i: int, node: Any) -> None:
     _need(not at.get("training_mode", 0) and at.get("spatial", 1) == 1)
     _need(imp.opset >= 7 or at.get("is_test", 0) == 1)
     _need(len(node.input) == 5 and all(node.input))
-    _need(not any(node.output[1:]))
+    _need(all(imp.unused(o) for o in node.output[1:]))     # e.g. a Dropout mask nobody reads
     imp.emit("batchnorm", [imp.val(v, node) for v in node.input], node.output[0],
              eps=_short(np.float32(at.get("epsilon", 1e-5))))
 
@@ -796,7 +1075,7 @@ def _softmax(imp: _Importer, i: int, node: Any) -> None:
 def _layernorm(imp: _Importer, i: int, node: Any) -> None:
     at = _attrs(node)
     _known(at, {"axis", "epsilon", "stash_type"})
-    _need(at.get("stash_type", 1) == 1 and not any(node.output[1:]))
+    _need(at.get("stash_type", 1) == 1 and all(imp.unused(o) for o in node.output[1:]))
     _need(len(node.input) >= 2 and node.input[1])
     x = imp.type_of(node.input[0], node)
     axis = at.get("axis", -1)
@@ -823,7 +1102,7 @@ def _gelu(imp: _Importer, i: int, node: Any) -> None:
 def _dropout(imp: _Importer, i: int, node: Any) -> None:
     at = _attrs(node)
     _known(at, {"ratio", "seed", "is_test"})
-    _need(not any(node.output[1:]))
+    _need(all(imp.unused(o) for o in node.output[1:]))     # e.g. a Dropout mask nobody reads
     ratio = at.get("ratio", 0.5)
     if imp.opset >= 12:
         if len(node.input) > 2 and node.input[2]:
@@ -921,6 +1200,45 @@ def _expand(imp: _Importer, i: int, node: Any) -> None:
     imp.emit("broadcast", [imp.val(node.input[0], node)], node.output[0], shape=out.shape)
 
 
+def _cast(imp: _Importer, i: int, node: Any) -> None:
+    """A Cast to the element type the value already has is the value itself."""
+    at = _attrs(node)
+    _known(at, {"to", "saturate"})
+    x = imp.type_of(node.input[0], node)
+    _need(ONNX_TO_DTYPE.get(at["to"]) == x.dtype)
+    imp.alias(node.output[0], imp.val(node.input[0], node))
+
+
+def _sum(imp: _Importer, i: int, node: Any) -> None:
+    """Sum of N operands (ONNX broadcasting): a chain of ewadd, left to right."""
+    _need(not node.attribute and node.input and all(node.input))
+    out = imp.type_of(node.output[0], node)
+    if len(node.input) == 1:
+        _need(imp.type_of(node.input[0], node).shape == out.shape)
+        imp.alias(node.output[0], imp.val(node.input[0], node))
+        return
+    vals = [_to(imp, imp.val(v, node), imp.type_of(v, node), out.shape) for v in node.input]
+    acc = vals[0]
+    for k, v in enumerate(vals[1:], 2):
+        acc = imp.emit("ewadd", [acc, v], node.output[0] if k == len(vals) else None)
+
+
+def _div(imp: _Importer, i: int, node: Any) -> None:
+    """x / c for a scalar constant c that is a power of two: x * (1/c) exactly (attention's
+    division by sqrt(head size) = 8); other divisions stay opaque."""
+    _need(len(node.input) == 2 and not node.attribute)
+    x, d = node.input
+    c = imp.consts.get(d)
+    out = imp.type_of(node.output[0], node)
+    _need(c is not None and c.value.size == 1 and out.dtype in ("f16", "f32", "f64")
+          and d not in imp.defined and imp.type_of(x, node).shape == out.shape)
+    v = float(c.value.reshape(-1)[0])
+    _need(v != 0 and np.isfinite(v))
+    m, _ = math.frexp(abs(v))
+    _need(m == 0.5)                  # a power of two: the reciprocal is exact
+    imp.emit("scale", [imp.val(x, node)], node.output[0], value=1.0 / v)
+
+
 def _activation(op: str) -> Callable:
     return _unary(op)
 
@@ -937,6 +1255,7 @@ _MAPPERS: dict[str, Callable[[_Importer, int, Any], None]] = {
     "Transpose": _transpose, "BatchNormalization": _batchnorm, "Softmax": _softmax,
     "LayerNormalization": _layernorm, "Gelu": _gelu, "Dropout": _dropout,
     "ReduceMean": _reduce_mean, "Slice": _slice, "Pad": _pad, "Expand": _expand,
+    "Cast": _cast, "Sum": _sum, "Div": _div,
 }
 MAPPED_OPS: frozenset[str] = frozenset(_MAPPERS) | {"Constant", "Identity"}
 
@@ -946,28 +1265,49 @@ class OnnxImport:
     """What an import gives the exporter besides the graph: the model it came from and, for every
     ONNX value that became an IR value, its SSA name (several ONNX names may share one SSA value,
     e.g. through Identity). The splicing exporter writes the original nodes back for every value
-    the optimizer left alone."""
+    the optimizer left alone.
+
+    `model` is the model as imported: the input itself, except that an `If` whose condition is a
+    constant once the input shapes are fixed is replaced by the nodes of the branch it takes
+    (`inlined` names those If nodes). Nodes whose outputs were folded into constants (shape
+    computations, `folded`) stay in `model`; their outputs map to SSA values only where the IR
+    reads them as data (they became weights).
+
+    Symbolic input dims: `symbolic[input]` lists the dims of every graph input that has any
+    symbolic dim as written in the file (ints, dim_param names, "?" for unnamed/-1/0 dims);
+    `defaulted[input]` the axes that took DEFAULT_DIM because neither `input_shapes` nor `dims`
+    gave a size (empty when the user fixed everything). `dim_dependent` are the folded values
+    that read a defaulted dim (e.g. a Reshape target computed from the batch size): a graph that
+    uses any of them is only valid for that size."""
 
     graph: Graph
     weights: dict[str, np.ndarray]
     model: Any
     ssa_of: dict[str, str]          # ONNX value name → SSA value of `graph`
+    symbolic: dict[str, list[int | str]] = field(default_factory=dict)
+    defaulted: dict[str, list[int]] = field(default_factory=dict)
+    folded: frozenset[str] = frozenset()
+    dim_dependent: frozenset[str] = frozenset()
+    inlined: tuple[str, ...] = ()
 
 
 def from_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
-              check: bool = True, constants: Mapping[str, np.ndarray] | None = None
+              check: bool = True, constants: Mapping[str, np.ndarray] | None = None,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None
               ) -> tuple[Graph, dict[str, np.ndarray]]:
     """Import an in-memory onnx.ModelProto (see `load_onnx`). `constants` freezes graph inputs
     to known values (e.g. a Reshape's target shape fed as an input), which lets ops whose
     parameters are inputs map onto the table."""
-    r = import_onnx(model, source, dims, check, constants)
+    r = import_onnx(model, source, dims, check, constants, input_shapes)
     return r.graph, r.weights
 
 
 def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
-                check: bool = True, constants: Mapping[str, np.ndarray] | None = None
-                ) -> OnnxImport:
-    """`from_onnx` with the provenance the splicing exporter needs (see OnnxImport)."""
+                check: bool = True, constants: Mapping[str, np.ndarray] | None = None,
+                input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
+    """`from_onnx` with the provenance the splicing exporter needs (see OnnxImport).
+    `input_shapes[input]` fixes a graph input's whole shape; `dims[symbol]` fixes a dim_param
+    wherever it occurs; other symbolic dims take DEFAULT_DIM (reported in `defaulted`)."""
     import onnx
     from onnx import numpy_helper
 
@@ -990,7 +1330,7 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
         except (onnx.checker.ValidationError, ValueError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TirError(f"not a valid ONNX model: {msg}", file=source) from None
-    imp = _Importer(model, source, dict(dims or {}))
+    imp = _Importer(model, source, dict(dims or {}), input_shapes)
     try:
         graph, weights = imp.run()
     except TirError as e:
@@ -1000,19 +1340,22 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
         imp.weights.pop(imp.meta_names[name][0], None)
     present = graph.types()
     ssa_of = {k: v for k, v in {**imp.value, **imp.weight_ssa}.items() if v in present}
-    return OnnxImport(graph, weights, model, ssa_of)
+    return OnnxImport(graph, weights, imp.model, ssa_of, dict(imp.symbolic), dict(imp.defaulted),
+                      frozenset(imp.folded), frozenset(imp.symbolic_values), tuple(imp.inlined))
 
 
-def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None
+def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None
               ) -> tuple[Graph, dict[str, np.ndarray]]:
     """Read an ONNX file: the IR graph and the weight values by weight name. Symbolic input
-    dimensions take `dims[name]`, else DEFAULT_DIM (1). Any problem is a TirError naming the
-    file (and the node)."""
-    r = read_onnx(path, dims)
+    dimensions take `input_shapes[input]` / `dims[name]`, else DEFAULT_DIM (1). Any problem is
+    a TirError naming the file (and the node)."""
+    r = read_onnx(path, dims, input_shapes)
     return r.graph, r.weights
 
 
-def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None) -> OnnxImport:
+def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
     """`load_onnx` with the provenance the splicing exporter needs (see OnnxImport)."""
     import onnx
     from google.protobuf.message import DecodeError
@@ -1036,4 +1379,4 @@ def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None) -> OnnxIm
         except (onnx.checker.ValidationError, ValueError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TirError(f"not a valid ONNX model: {msg}", file=str(path)) from None
-    return import_onnx(model, str(path), dims, check=check)
+    return import_onnx(model, str(path), dims, check=check, input_shapes=input_shapes)
