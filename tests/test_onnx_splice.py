@@ -203,3 +203,65 @@ def test_guard_keeps_the_input_when_nothing_is_faster():
     verdict = guard(m, m, random_feeds(m), budget_s=2.0)
     assert not verdict.keep and len(verdict.timings) == 2
     assert all(t.rounds >= 5 for t in verdict.timings)
+
+
+def _dynamic_qkv() -> onnx.ModelProto:
+    m = qkv_model()
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        d = vi.type.tensor_type.shape.dim[0]
+        d.Clear()
+        d.dim_param = "batch"
+    return m
+
+
+def test_dynamic_batch_keeps_its_symbol_when_the_rewrites_hold_for_any_size(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    model = _dynamic_qkv()
+    onnx.save(model, str(src))
+    assert main(["run", str(src), "--onnx", str(out), "-q", "--no-measure"]) == 0
+    got = onnx.load(str(out))
+    assert got.SerializeToString() != model.SerializeToString()
+    _same_interface(model, got)                        # dims still [batch, 50, 64]
+    sa, sb = session(model), session(got)
+    for batch in (1, 4):
+        x = RNG.standard_normal((batch, 50, 64)).astype(np.float32)
+        np.testing.assert_allclose(sb.run(None, {"input.1": x})[0],
+                                   sa.run(None, {"input.1": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_input_shape_optimizes_for_that_shape(tmp_path, capsys):
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_dynamic_qkv(), str(src))
+    assert main(["run", str(src), "--onnx", str(out), "-q", "--no-measure",
+                 "--input-shape", "input.1=3x50x64"]) == 0
+    got = onnx.load(str(out))
+    dims = [d.dim_value for d in got.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [3, 50, 64]
+    assert main(["run", str(src), "--onnx", str(tmp_path / "x.onnx"), "-q",
+                 "--input-shape", "input.1=3xfifty"]) == 1
+    assert "--input-shape input.1=3xfifty: expected NAME=1x3x224x224" in capsys.readouterr().err
+
+
+def test_a_result_valid_only_at_the_assumed_size_is_not_written(tmp_path, monkeypatch):
+    """When the spliced model fails at another size of a defaulted dim, the input is written
+    unchanged and the message names the dims and the option that fixes them."""
+    from eqsat_nb.commands import onnx_out
+
+    src, out, rep = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(_dynamic_qkv(), str(src))
+    real = onnx_out.compare_in_onnxruntime
+    calls = []
+
+    def fails_at_other_sizes(a, b, feeds):
+        calls.append(feeds)
+        if next(iter(feeds[0].values())).shape[0] != 1:
+            return False, "mismatch"
+        return real(a, b, feeds)
+
+    monkeypatch.setattr(onnx_out, "compare_in_onnxruntime", fails_at_other_sizes)
+    assert main(["run", str(src), "--onnx", str(out), "--report", str(rep), "-q",
+                 "--no-measure"]) == 0
+    assert out.read_bytes() == src.read_bytes()
+    reason = json.loads(rep.read_text())["onnx_output"]["reason"]
+    assert "input 'input.1' has dims [batch, 50, 64]" in reason
+    assert "--input-shape input.1=1x50x64" in reason

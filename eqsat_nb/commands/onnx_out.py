@@ -90,9 +90,53 @@ def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str
     return worst.ok, text
 
 
-def write_onnx_result(args: Any, imp: Any, result: Any, dims: Mapping[str, int],
-                      gpu_target: bool) -> OnnxOutcome:
-    """Splice, check, measure and write OUT (args.onnx); returns what was written."""
+def import_shapes(imp: Any) -> dict[str, tuple[int, ...]]:
+    """The shape each graph input was imported with (symbolic dims fixed or defaulted)."""
+    types = imp.graph.types()
+    return {name: types[ssa].shape for name, ssa in imp.ssa_of.items()
+            if ssa in dict(imp.graph.inputs)}
+
+
+def other_size(imp: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The same shapes with every defaulted (never given) dim at another size."""
+    out = dict(shapes)
+    for name, axes in imp.defaulted.items():
+        dims = list(out[name])
+        for a in axes:
+            dims[a] = dims[a] + 2
+        out[name] = tuple(dims)
+    return out
+
+
+def _fix_interface(model: Any, imp: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """Write the sizes the result was optimized for into its graph inputs and outputs."""
+    for vi in model.graph.input:
+        if vi.name in shapes:
+            for d, size in zip(vi.type.tensor_type.shape.dim, shapes[vi.name]):
+                d.Clear()
+                d.dim_value = size
+    types = imp.graph.types()
+    out_types = dict(zip((o.name for o in imp.model.graph.output),
+                         (types[v] for v in imp.graph.outputs)))
+    for vi in model.graph.output:
+        if vi.name in out_types:
+            for d, size in zip(vi.type.tensor_type.shape.dim, out_types[vi.name].shape):
+                d.Clear()
+                d.dim_value = size
+
+
+def _symbolic_note(imp: Any) -> str:
+    parts = []
+    for name, axes in imp.defaulted.items():
+        written = ", ".join(str(d) for d in imp.symbolic.get(name, []))
+        parts.append(f"input '{name}' has dims [{written}]")
+    return "; ".join(parts)
+
+
+def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
+                      fixed: bool = False) -> OnnxOutcome:
+    """Splice, check, measure and write OUT (args.onnx); returns what was written. `fixed`:
+    the user set input shapes or dims, so the result is for those sizes."""
     from ..onnx_io.measure import guard, random_feeds
     from ..onnx_io.splice import splice
     from .run import VerificationError, write_onnx
@@ -104,8 +148,9 @@ def write_onnx_result(args: Any, imp: Any, result: Any, dims: Mapping[str, int],
         why = ("no cheaper graph found" if not result.improved else
                "the optimized graph computes nothing the model does not already")
         return OnnxOutcome("input unchanged", why)
+    shapes = import_shapes(imp)
     seeds = range(args.seed, args.seed + max(1, args.verify_seeds))
-    feeds = [random_feeds(imp.model, dims, seed=s) for s in seeds]
+    feeds = [random_feeds(imp.model, seed=s, shapes=shapes) for s in seeds]
     outcome = OnnxOutcome("optimized", "")
     if not args.no_verify:
         ok, text = compare_in_onnxruntime(imp.model, spliced, feeds)
@@ -113,6 +158,21 @@ def write_onnx_result(args: Any, imp: Any, result: Any, dims: Mapping[str, int],
         if not ok:
             raise VerificationError(f"the optimized ONNX model does not match the input in "
                                     f"onnxruntime: {text}. Nothing was written.", file=out)
+    if imp.defaulted:        # symbolic dims the user did not fix: valid for other sizes too?
+        bigger = [random_feeds(imp.model, seed=args.seed, shapes=other_size(imp, shapes))]
+        try:
+            ok, _ = compare_in_onnxruntime(imp.model, spliced, bigger)
+        except Exception:    # noqa: BLE001 - onnxruntime refusing the size is the answer
+            ok = False
+        if not ok:
+            copy_input(args.model, out, imp.model, args.force)
+            given = " ".join(f"--input-shape {n}={'x'.join(map(str, shapes[n]))}"
+                             for n in imp.defaulted)
+            return OnnxOutcome("input unchanged", f"the rewrites hold only for the sizes "
+                               f"assumed for symbolic dims ({_symbolic_note(imp)}); pass "
+                               f"{given} (or --dim) to optimize for fixed sizes")
+    elif fixed:
+        _fix_interface(spliced, imp, shapes)
     if args.measure:
         g = guard(imp.model, spliced, feeds[0], gpu_target=gpu_target,
                   budget_s=args.measure_time)

@@ -32,14 +32,17 @@ def load_model(path: str) -> tuple[Any, dict]:
     return graph, weights
 
 
-def load_source(path: str, dims: Mapping[str, int] | None = None
+def load_source(path: str, dims: Mapping[str, int] | None = None,
+                input_shapes: Mapping[str, tuple[int, ...]] | None = None
                 ) -> tuple[Any, dict, Any]:
     """(graph, weight values, the OnnxImport or None for `.tir`) from a file."""
     p = Path(path)
     if p.suffix.lower() == ".onnx":
         from ..onnx_io import read_onnx
-        imp = read_onnx(p, dims)
+        imp = read_onnx(p, dims, input_shapes)
         return imp.graph, imp.weights, imp
+    if dims or input_shapes:
+        raise TirError("--dim and --input-shape apply to ONNX models only", file=path)
     from ..ir.parse import load
     return load(path), {}, None
 
@@ -155,6 +158,24 @@ def describe_cost_model(model: Any) -> str:
     return f"{model.name} {device}" if device else str(model.name)
 
 
+def shape_options(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """--dim SYMBOL=VALUE and --input-shape NAME=AxBxC, checked."""
+    dims: dict[str, int] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in getattr(args, "dim", None) or ():
+        name, _, value = text.rpartition("=")
+        if not name or not value.isdigit() or int(value) <= 0:
+            raise TirError(f"--dim {text}: expected SYMBOL=VALUE with a positive integer value")
+        dims[name] = int(value)
+    for text in getattr(args, "input_shape", None) or ():
+        name, _, value = text.rpartition("=")
+        parts = value.lower().split("x")
+        if not name or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise TirError(f"--input-shape {text}: expected NAME=1x3x224x224 (positive sizes)")
+        shapes[name] = tuple(int(p) for p in parts)
+    return dims, shapes
+
+
 # ------------------------------------------------------------------ the command
 def add_parser(sub: Any) -> None:
     c = sub.add_parser("run", help="optimize a model (.tir or .onnx): search, extract, verify, "
@@ -177,6 +198,10 @@ def add_parser(sub: Any) -> None:
                    help="write the optimized ONNX model without timing it")
     o.add_argument("--measure-time", type=float, default=20.0, metavar="S",
                    help="seconds the measurement may take (default 20)")
+    o.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                   help="fix a graph input's shape (repeatable); the result is for that shape")
+    o.add_argument("--dim", action="append", default=[], metavar="SYMBOL=VALUE",
+                   help="fix a symbolic dimension wherever it occurs (repeatable)")
     add_search_options(c)
     c.set_defaults(func=run_command)
 
@@ -187,8 +212,8 @@ def run_command(args: argparse.Namespace) -> int:
     from ..rules.parse import load_rules
 
     t = time.perf_counter()
-    dims: dict[str, int] = {}
-    graph, weights, imp = load_source(args.model, dims)
+    dims, shapes = shape_options(args)
+    graph, weights, imp = load_source(args.model, dims, shapes)
     rules = load_rules(args.rules or None)
     dropped: dict[str, str] = {}
     if imp is not None and args.onnx:     # only rewrites the model's opset can express
@@ -208,7 +233,8 @@ def run_command(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         gpu = args.cost in ("trt", "torch") or (args.device or "cpu") not in ("cpu",
                                                                                 "cpu-calibrated")
-        outcome = write_onnx_result(args, imp, result, dims, gpu_target=gpu)
+        outcome = write_onnx_result(args, imp, result, gpu_target=gpu,
+                                    fixed=bool(dims or shapes))
         result.times["onnx_out"] = time.perf_counter() - t
         report["onnx_output"] = outcome.as_dict()
     elif args.onnx:

@@ -48,9 +48,10 @@ class Timing:
 
 
 def random_feeds(model: Any, dims: Mapping[str, int] | None = None, seed: int = 0,
-                 default_dim: int = 1) -> dict[str, np.ndarray]:
-    """Random inputs for every graph input that is not an initializer; a symbolic dim takes
-    `dims[its name]`, else `default_dim`."""
+                 default_dim: int = 1, shapes: Mapping[str, Sequence[int]] | None = None
+                 ) -> dict[str, np.ndarray]:
+    """Random inputs for every graph input that is not an initializer: `shapes[input]` if
+    given, else its declared dims, a symbolic one taking `dims[its name]` or `default_dim`."""
     inits = {t.name for t in model.graph.initializer}
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -58,8 +59,9 @@ def random_feeds(model: Any, dims: Mapping[str, int] | None = None, seed: int = 
         if vi.name in inits:
             continue
         tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else
-                 (dims or {}).get(d.dim_param, default_dim) for d in tt.shape.dim]
+        shape = list((shapes or {}).get(vi.name, ())) or [
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else
+            (dims or {}).get(d.dim_param, default_dim) for d in tt.shape.dim]
         dtype = NP_DTYPES[ONNX_TO_DTYPE.get(tt.elem_type, "f32")]
         if np.dtype(dtype).kind == "f":
             feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
