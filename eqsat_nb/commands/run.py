@@ -233,8 +233,12 @@ def run_command(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         gpu = args.cost in ("trt", "torch") or (args.device or "cpu") not in ("cpu",
                                                                                 "cpu-calibrated")
-        outcome = write_onnx_result(args, imp, result, gpu_target=gpu,
-                                    fixed=bool(dims or shapes))
+        try:
+            outcome = write_onnx_result(args, imp, result, gpu_target=gpu,
+                                        fixed=bool(dims or shapes))
+        except TirError as e:
+            raise e if e.file else TirError(f"cannot write the result: {e.message}",
+                                            file=args.onnx) from None
         result.times["onnx_out"] = time.perf_counter() - t
         report["onnx_output"] = outcome.as_dict()
     elif args.onnx:
