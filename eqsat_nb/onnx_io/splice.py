@@ -201,6 +201,7 @@ class _Splicer:
         m.graph.node.extend(kept_nodes)
         m.graph.node.extend(new_nodes)
         needed = {x for n in m.graph.node for x in _outer_inputs(n)} | set(out_names)
+        needed |= {i.name for i in self.model.graph.input}     # IR 3: initializers as inputs
         inits = [t for t in self.model.graph.initializer if t.name in needed]
         inits += [t for t in writer.inits if t.name in needed]
         del m.graph.initializer[:]
