@@ -179,3 +179,148 @@ def test_subprocess_killed_returns_warm_start():
     r = extract_ilp(p, time_limit=0.0, warm_start=warm, kill_margin=0.001)
     assert r.status == "killed" and not r.optimal
     assert list(r.choice) == [1, -1, -1] and r.cost == 100.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Trust: what HiGHS returns is checked against what it reports (issue 18)
+
+def _set_cover(highspy):
+    """8 elements on a ring, set j = {j, j+1 mod 8} at cost 1 (optimum 4: every other set), and a
+    ninth binary z of cost 1 that is in no row. Returns (model, objective vector)."""
+    n = 9
+    obj = np.ones(n)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.addVars(n, np.zeros(n), np.ones(n))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), obj)
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.ones(n, np.uint8))
+    for e in range(8):
+        cols = np.array([e, (e - 1) % 8], np.int32)
+        h.addRow(1.0, highspy.kHighsInf, 2, cols, np.ones(2))
+    return h, obj
+
+
+SET_COVER_START = np.array([1, 0, 1, 0, 1, 0, 1, 0, 1], np.float64)   # the optimum, plus z = 1
+
+
+def _covers(colv: np.ndarray) -> bool:
+    return all(colv[e] + colv[(e - 1) % 8] > 0.5 for e in range(8))
+
+
+def test_highs_mip_start_optimal_after_presolve():
+    """The minimal reproduction: started from the optimum plus z, presolve drops z and the start
+    is optimal in the reduced space. highspy 1.16 then returns the start itself (cost 5) while its
+    objective and dual bound say 4; earlier releases return a cost-4 solution. `run_checked`
+    notices the mismatch and re-solves without the start; either way the answer is checked."""
+    import time
+
+    import highspy
+    from eqsat_nb.extract.ilp import run_checked
+
+    h, obj = _set_cover(highspy)                      # raw HiGHS, as the ILP used to read it
+    sol = highspy.HighsSolution()
+    sol.col_value = SET_COVER_START.tolist()
+    sol.value_valid = True
+    h.setSolution(sol)
+    h.run()
+    info = h.getInfo()
+    raw = np.asarray(h.getSolution().col_value)
+    assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    assert info.objective_function_value == pytest.approx(4.0)
+    assert info.mip_dual_bound == pytest.approx(4.0)
+    raw_ok = float(obj @ raw) == pytest.approx(4.0)   # False on highspy 1.16: raw == the start
+
+    h, obj = _set_cover(highspy)
+    kind, ms, colv, bound, repeats = run_checked(h, obj, SET_COVER_START,
+                                                 time.perf_counter() + 30)
+    assert kind == "ok" and ms == highspy.HighsModelStatus.kOptimal
+    assert float(obj @ colv) == pytest.approx(4.0) and _covers(colv) and colv[8] < 0.5
+    assert bound == pytest.approx(4.0)
+    assert repeats == (0 if raw_ok else 1)
+
+
+def _joint_switch_problem() -> pb.ExtractionProblem:
+    """x; A = a(x) | proj0(T); B = b(x) | proj1(T); T = split(M); M = m(x) 1.5; R = f(A, B): the
+    tree-cost greedy takes a and b (DAG cost 3), the optimum shares the merge (2.5)."""
+    #                       x  a  p0 b  p1 split m    f
+    return pb.from_arrays(6, [0, 1, 1, 2, 2, 3, 4, 5], [0, 1, 0, 1, 0, 0, 1.5, 1],
+                          [[], [0], [3], [0], [3], [4], [0], [1, 2]], [5])
+
+
+def _echoing_highs(highspy, always: bool):
+    """highspy.Highs whose getSolution() hands back the MIP start set before run(), as highspy
+    1.16 does when the start is optimal after presolve; with `always` it keeps handing back the
+    first start ever set, even after a run without one (a solver that cannot be trusted)."""
+    class Echo(highspy.Highs):
+        def setSolution(self, *args):
+            self._start = list(args[-1].col_value)
+            if always and getattr(self, "_echo", None) is None:
+                self._echo = self._start
+            return super().setSolution(*args)
+
+        def run(self):
+            if not always:
+                self._echo, self._start = getattr(self, "_start", None), None
+            return super().run()
+
+        def getSolution(self):
+            s = super().getSolution()
+            if getattr(self, "_echo", None) is not None:
+                s.col_value = list(self._echo)
+            return s
+    return Echo
+
+
+def test_ilp_rejects_a_returned_start_that_is_not_optimal(monkeypatch):
+    """Through extract_ilp: the solver returns the (suboptimal, cost 3) warm start while reporting
+    objective 2.5. The ILP must notice, re-solve without the start and return the 2.5 selection
+    (before the fix: cost 3, "optimal", bound 3)."""
+    import highspy
+    from eqsat_nb.extract.greedy import extract_greedy
+
+    p = _joint_switch_problem()
+    warm = extract_greedy(p)
+    assert dag.dag_cost(p, warm) == 3.0
+    monkeypatch.setattr(highspy, "Highs", _echoing_highs(highspy, always=False))
+    r = extract_ilp(p, warm_start=warm, in_process=True)
+    check(p, r)
+    assert r.resolves >= 1
+    assert r.optimal and r.status == "optimal" and r.cost == 2.5
+    assert r.bound == pytest.approx(2.5)
+
+
+def test_ilp_never_trusts_a_solver_that_contradicts_itself(monkeypatch):
+    """If even the solve without a start returns a solution that is not the one the objective
+    describes, the result is the best verified selection (never worse than the warm start), not
+    optimal, and the bound is HiGHS's dual bound (2.5), not a primal cost."""
+    import highspy
+    from eqsat_nb.extract.greedy import extract_greedy
+
+    p = _joint_switch_problem()
+    warm = extract_greedy(p)
+    monkeypatch.setattr(highspy, "Highs", _echoing_highs(highspy, always=True))
+    r = extract_ilp(p, warm_start=warm, in_process=True)
+    check(p, r)
+    assert r.status == "inconsistent" and not r.optimal
+    assert r.cost == 3.0 and np.array_equal(r.choice, np.where(r.choice >= 0, warm, -1))
+    assert r.bound == pytest.approx(2.5) and r.gap == pytest.approx(0.5 / 3.0)
+
+
+def test_optimal_means_bound_meets_cost():
+    """On every random problem: "optimal" exactly when the reported bound meets the cost, and the
+    result is never worse than the warm start it was given."""
+    rng = np.random.default_rng(11)
+    for _ in range(25):
+        p = random_problem(rng)
+        options = [list(p.candidates(c)) for c in range(p.n_classes)]
+        valid = [np.array(c, np.int64) for c in itertools.product(*options)
+                 if dag.is_valid(p, np.array(c, np.int64))]
+        if not valid:
+            continue
+        warm = max(valid, key=lambda ch: dag.dag_cost(p, ch))      # the worst valid selection
+        r = extract_ilp(p, warm_start=warm, in_process=True)
+        check(p, r)
+        assert r.cost <= dag.dag_cost(p, warm)
+        assert r.optimal == (r.cost - r.bound <= 1e-6 * max(1.0, r.cost))
+        assert r.optimal and r.cost == pytest.approx(brute_force(p))

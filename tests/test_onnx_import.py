@@ -29,7 +29,9 @@ def test_sweep_counts(report):
           f"{counts[OPAQUE]} with opaque nodes, {counts[SKIPPED]} skipped, {counts[FAILED]} failed")
     for reason, n in report.reasons(SKIPPED).most_common():
         print(f"  skipped {n}: {reason}")
-    assert total > 1500
+    # the suite grows with onnx: 1 286 cases in 1.16 (setup.cfg's floor), over 1 500 in 1.23
+    version = tuple(int(x) for x in onnx.__version__.split(".")[:2])
+    assert total > (1500 if version >= (1, 23) else 1250)
     assert counts[MAPPED] >= 140 and counts[OPAQUE] >= 700
 
 

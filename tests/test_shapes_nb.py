@@ -465,10 +465,12 @@ def test_kernel_agrees_with_operator_table(op):
 @pytest.mark.parametrize("op", sorted(GENERATORS))
 def test_generators_give_both_verdicts(op):
     """A kernel that said 0 to everything must not pass: the generators make both valid and
-    invalid nodes (checked on a fixed sample, so this cannot flake)."""
+    invalid nodes (checked on a fixed sample, so this cannot flake). 200 examples, at least 10
+    invalid: with 40 (at least 4) the verdicts were down to each hypothesis release's
+    derandomized draws (6.0-6.100 drew 1-3 invalid matmul/transpose/reduce_mean cases of 40)."""
     verdicts = [0, 0]
 
-    @settings(max_examples=40, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.data())
     def sample(data):
@@ -478,7 +480,7 @@ def test_generators_give_both_verdicts(op):
     total = sum(verdicts)
     assert verdicts[1] >= total // 5, f"{op}: only {verdicts[1]} of {total} cases valid"
     if op not in ALWAYS_VALID:
-        assert verdicts[0] >= total // 10, f"{op}: only {verdicts[0]} of {total} cases invalid"
+        assert verdicts[0] >= total // 20, f"{op}: only {verdicts[0]} of {total} cases invalid"
 
 
 # ----------------------------------------------------------------------------------- unit tests

@@ -17,6 +17,14 @@ HiGHS was seen to hang ignoring its time limit (DESIGN §6), so by default the s
 spawned subprocess with a hard deadline (time_limit + kill_margin); when it is killed the result
 is the warm start (or the internal acyclic greedy fallback) with status "killed".
 
+What is reported is checked, not taken from HiGHS's status: the solution HiGHS returns must have
+the objective HiGHS reports (highspy 1.16 hands back the MIP start itself when that start is
+already optimal in the presolved space — the objective and bound are then those of a better
+solution it did not return); when it does not, the solve is repeated without the start, and a
+second mismatch ends the loop with status "inconsistent" and the best verified selection. The
+bound is HiGHS's dual bound (never a primal cost); "optimal" means that bound meets the true DAG
+cost of the returned selection. The result is never worse than the warm start.
+
 Costs must be non-negative (an unreachable selected part then never pays off, which the cycle cuts
 rely on).
 """
@@ -41,7 +49,10 @@ class IlpResult:
     optimal: bool
     seconds: float
     cuts: int               # cycle cuts added
-    status: str             # "optimal" | "time_limit" | "killed" | "infeasible" | "error: ..."
+    status: str             # "optimal" | "time_limit" | "killed" | "infeasible" | "inconsistent"
+    #                         | "error: ..."; "inconsistent": HiGHS's answer contradicted itself
+    #                         or a checked selection, and the best verified selection is returned
+    resolves: int = 0       # solves repeated without the MIP start (see _solve)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,35 +396,25 @@ def _solve(P: dict, opts: dict) -> dict:
             for k in ks:
                 if k > c and k in uses and c in uses[k]:
                     cuts += class_cycle_cut([c, k])
-    bound = 0.0
+    bound = 0.0             # HiGHS's dual bound (fixed classes cost 0: the model's bound is ours)
     status = "time_limit"
+    resolves = 0
+    deadline = t0 + time_limit
     while True:
-        left = time_limit - (time.perf_counter() - t0)
-        if left <= 0:
+        if time.perf_counter() >= deadline:
             break
-        h.setOptionValue("time_limit", float(left))
-        if best is not None:
-            v = start_vector(best)
-            if v is not None:
-                sol = highspy.HighsSolution()
-                sol.col_value = v.tolist()
-                sol.value_valid = True
-                h.setSolution(sol)
         if ncol:
-            h.run()
-            ms = h.getModelStatus()
-            info = h.getInfo()
-            if ms == highspy.HighsModelStatus.kInfeasible:
-                status = "infeasible"
-                break
-            db = float(info.mip_dual_bound)
+            v = start_vector(best) if best is not None else None
+            kind, ms, colv, db, again = run_checked(h, obj, v, deadline)
+            resolves += again
             if np.isfinite(db):
-                bound = max(bound, db)      # fixed classes cost 0: the model's bound is ours
-            if info.primal_solution_status != 2:    # no feasible incumbent
+                bound = max(bound, db)      # cuts only tighten the model: every bound holds
+            if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
+                status = kind if kind in ("infeasible", "inconsistent") else status
                 break
         else:
             ms = highspy.HighsModelStatus.kOptimal
-        colv = np.asarray(h.getSolution().col_value) if ncol else np.zeros(0)
+            colv = np.zeros(0)
         sel = np.full(C, -1, np.int64)
         sel[fixed >= 0] = fixed[fixed >= 0]
         if ncol:
@@ -422,7 +423,10 @@ def _solve(P: dict, opts: dict) -> dict:
         cyc = _find_cycles(P, sel)
         if not cyc:
             v = _valid_cost(P, sel)
-            if v is not None and v < best_cost:
+            if v is None or (ncol and v > float(obj @ colv) + _tol(v)):
+                status = "inconsistent"     # an acyclic model solution is a valid selection
+                break
+            if v < best_cost:
                 best, best_cost = _trimmed(P, sel), v
             if ms == highspy.HighsModelStatus.kOptimal:
                 status = "optimal"
@@ -435,13 +439,72 @@ def _solve(P: dict, opts: dict) -> dict:
         if not added:
             raise AssertionError("a cycle survived its own cut")
         cuts += added
-    if status == "optimal":
-        bound = best_cost
-    out.update(choice=best, cost=best_cost, bound=min(bound, best_cost), cuts=cuts,
-               status=status if best is not None else ("infeasible" if status == "infeasible"
-                                                        else status),
-               optimal=status == "optimal")
+    # "optimal" only when the bound proves the returned selection's cost, whatever HiGHS said
+    optimal = best is not None and best_cost - bound <= _tol(best_cost) + \
+        float(opts.get("rel_gap", 0.0)) * abs(best_cost)
+    if best is not None and bound > best_cost + _tol(best_cost):
+        status, bound, optimal = "inconsistent", 0.0, False     # a bound a valid selection beats
+    elif optimal:
+        status = "optimal"
+    elif status == "optimal" or (status == "infeasible" and best is not None):
+        status = "inconsistent"
+    out.update(choice=best, cost=best_cost, bound=bound, cuts=cuts, status=status,
+               optimal=optimal, resolves=resolves)
     return out
+
+
+def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
+                ) -> tuple[str, Any, np.ndarray | None, float, int]:
+    """`h.run()` (with `start` as the MIP start when given) until `deadline` (perf_counter), and
+    check that the solution HiGHS returns is the one its objective describes: highspy 1.16 hands
+    back the MIP start itself when the start, mapped into the presolved space, is already optimal
+    there, while its objective and bound are those of another solution (of the presolved start,
+    sometimes without the presolve offset). On a mismatch the solve is repeated once without the
+    start (clearSolver also drops the last solution, which HiGHS would otherwise reuse as one).
+
+    Returns (kind, model status, column values, dual bound, repeats): kind "ok" (column values
+    checked), "infeasible", "none" (no incumbent, e.g. out of time), "inconsistent" (a mismatch
+    without a start as well; values None). The dual bound is the largest HiGHS reported (-inf
+    when none), which every run of the same model proves."""
+    import highspy
+
+    bound = -np.inf
+    for repeat in range(2):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return "none", None, None, bound, repeat
+        h.setOptionValue("time_limit", float(left))
+        if start is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = np.asarray(start, np.float64).tolist()
+            sol.value_valid = True
+            h.setSolution(sol)
+        h.run()
+        ms = h.getModelStatus()
+        info = h.getInfo()
+        if ms == highspy.HighsModelStatus.kInfeasible:
+            return "infeasible", ms, None, bound, repeat
+        db = float(info.mip_dual_bound)
+        if np.isfinite(db):
+            bound = max(bound, db)
+        if info.primal_solution_status != 2:        # no feasible incumbent
+            return "none", ms, None, bound, repeat
+        colv = np.asarray(h.getSolution().col_value, np.float64)
+        if _agree(float(np.dot(obj, colv)), float(info.objective_function_value)):
+            return "ok", ms, colv, bound, repeat
+        if start is None:
+            break
+        start = None
+        h.clearSolver()
+    return "inconsistent", ms, None, bound, 1
+
+
+def _tol(x: float) -> float:
+    return 1e-6 * max(1.0, abs(x))
+
+
+def _agree(a: float, b: float) -> bool:
+    return abs(a - b) <= _tol(max(abs(a), abs(b)))
 
 
 def _post_order(P: dict, sel: np.ndarray) -> tuple[bool, list[int]]:
@@ -503,6 +566,12 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
             fb = greedy if _valid_cost(P, greedy) is not None else None
         res.update(choice=None if fb is None else _trimmed(P, fb), bound=0.0, cuts=0,
                    optimal=False)
+    if ws is not None and (res["choice"] is None or dag_cost(
+            problem, np.asarray(res["choice"], np.int64)) > dag_cost(problem, ws)):
+        # never worse than the warm start (_solve starts from it, so this is a safety net)
+        res.update(choice=_trimmed(P, ws), optimal=False,
+                   status=res["status"] if res["status"] in ("killed", "infeasible")
+                   or res["status"].startswith("error") else "inconsistent")
     choice = res["choice"]
     if choice is None:
         choice = np.full(problem.n_classes, -1, np.int64)
@@ -514,7 +583,8 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
     gap = 0.0 if res["optimal"] else (
         (cost - bound) / max(abs(cost), 1e-9) if np.isfinite(cost) else float("inf"))
     return IlpResult(choice, cost, bound, max(gap, 0.0), bool(res["optimal"]),
-                     time.perf_counter() - t0, int(res["cuts"]), res["status"])
+                     time.perf_counter() - t0, int(res["cuts"]), res["status"],
+                     int(res.get("resolves", 0)))
 
 
 def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:

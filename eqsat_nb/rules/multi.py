@@ -3,8 +3,8 @@ with a sort-merge hash join (never a filtered Cartesian product).
 
 Each distinct source pattern is searched once per iteration however many rules use it
 (`canonical_key` names a pattern up to variable renaming); a pair whose two roots are the same
-class is dropped, and for a symmetric rule (swapping the sources, with a renaming of variables,
-gives the same rule back) only one ordering of each pair is kept.
+class is dropped, and for a symmetric rule (`is_symmetric`: swapping the sources, with a renaming of
+variables, gives the same sources and conditions back) only one ordering of each pair is kept.
 """
 from __future__ import annotations
 
@@ -112,9 +112,16 @@ def canonical_key(p: Pattern) -> tuple[Any, dict[str, str]]:
     return walk(p), names
 
 
-def is_symmetric(lhs: tuple[Pattern, ...], rhs: tuple[Pattern, ...]) -> bool:
-    """True when swapping the two sources (and their targets) under some renaming of variables
-    gives back the same rule, so (m1, m2) and (m2, m1) apply the same rewrite."""
+def is_symmetric(lhs: tuple[Pattern, ...], rhs: tuple[Pattern, ...], conds: tuple = ()) -> bool:
+    """True when (m1, m2) and (m2, m1) are the same rewrite up to mirroring, so one ordering of
+    each unordered pair is enough (TENSAT applies each pair once): the two sources are the same
+    pattern under a renaming of variables that swaps them, and the conditions are the same under
+    that renaming (`==`/`!=` read both ways; a `rank(?u) == k` whose swapped twin is missing still
+    holds when ?u and its twin are operands of one `concat` in a target, which needs equal ranks).
+
+    The targets are not compared: for the merge rules the other ordering builds the mirrored merge
+    (`concat ?c ?b` for `concat ?b ?c`), the same value. A rule whose conditions tell the two
+    matches apart (e.g. `dim(?w, 2) <= dim(?v, 2)`, enlarge the smaller kernel) keeps both."""
     if len(lhs) != 2:
         return False
     k0, r0 = canonical_key(lhs[0])
@@ -124,8 +131,54 @@ def is_symmetric(lhs: tuple[Pattern, ...], rhs: tuple[Pattern, ...]) -> bool:
     # the renaming that maps source 0 onto source 1 (and, as a swap, back)
     swap = {a: b for a, b in _pairs(r0, r1)}
     swap.update({b: a for a, b in _pairs(r0, r1)})
-    return (_rename(lhs[0], swap) == lhs[1] and _rename(lhs[1], swap) == lhs[0]
-            and _rename(rhs[0], swap) == rhs[1] and _rename(rhs[1], swap) == rhs[0])
+    if _rename(lhs[0], swap) != lhs[1] or _rename(lhs[1], swap) != lhs[0]:
+        return False
+    have = {_cond_key(c) for c in conds}
+    for c in conds:
+        if _cond_key(_rename_cond(c, swap)) in have:
+            continue
+        var = _rank_var(c)
+        if var is None or not _concat_siblings(rhs, var, swap.get(var, var)):
+            return False
+    return True
+
+
+def _cond_key(c: Any) -> tuple:
+    """A condition up to reading ==/!= both ways and a > b as b < a."""
+    flip = {">": "<", ">=": "<="}
+    if c.op in flip:
+        return (flip[c.op], c.rhs, c.lhs)
+    if c.op in ("==", "!="):
+        return (c.op, frozenset((c.lhs, c.rhs)) if c.lhs != c.rhs else frozenset((c.lhs,)))
+    return (c.op, c.lhs, c.rhs)
+
+
+def _rename_cond(c: Any, m: dict[str, str]) -> Any:
+    return type(c)(c.op, _rename(c.lhs, m), _rename(c.rhs, m))
+
+
+def _rank_var(c: Any) -> str | None:
+    """?u of a condition `rank(?u) == k` (either way round), else None."""
+    if c.op != "==":
+        return None
+    for a, b in ((c.lhs, c.rhs), (c.rhs, c.lhs)):
+        if getattr(a, "fn", None) == "rank" and isinstance(a.args[0], Var) and \
+                isinstance(b, (int, Lit)):
+            return a.args[0].name
+    return None
+
+
+def _concat_siblings(targets: tuple, u: str, v: str) -> bool:
+    """?u and ?v are both direct operands of one concat node in one of the targets."""
+    def walk(q: Any) -> bool:
+        if not isinstance(q, PNode):
+            return False
+        if q.op == "concat":
+            names = {o.name for o in q.operands if isinstance(o, Var)}
+            if u in names and v in names:
+                return True
+        return any(walk(o) for o in q.operands)
+    return any(walk(t) for t in targets)
 
 
 def _pairs(r0: dict[str, str], r1: dict[str, str]) -> list[tuple[str, str]]:

@@ -94,7 +94,8 @@ def compile_rules(rules: Sequence[Rule], eg: EGraph) -> list[_Compiled]:
                 applier = compile_applier(name, tuple(names), rhs, rule.conds, checks, eg)
             except RuleCompileError as e:                   # name and locate the rule
                 raise RuleCompileError(f"rule {name}: {e.message}", rule.loc, rule.file) from None
-            out.append(_Compiled(name, lhs, applier, is_symmetric(lhs, rhs), tuple(names)))
+            out.append(_Compiled(name, lhs, applier, is_symmetric(lhs, rhs, rule.conds),
+                                 tuple(names)))
     return out
 
 
@@ -224,34 +225,64 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
 
 def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_multi: bool,
                 limits: Limits, since: int) -> dict[str, np.ndarray]:
-    """Match rows per rule direction; each distinct source pattern is searched once."""
+    """Match rows per rule direction; each distinct source pattern is searched once.
+
+    Semi-naive with `since` > 0: a single-pattern rule gets the matches new since that epoch; a
+    multi-pattern rule the pairs with at least one new match, new × all ∪ all × new (each source
+    is also searched in full: new × new alone would lose every pair of a new match with an old
+    one, e.g. a merged pair with a third matmul)."""
     cache: dict[object, tuple[np.ndarray, tuple[str, ...], dict[str, str]]] = {}
-
-    def matches_of(pattern, prefix: str) -> tuple[np.ndarray, tuple[str, ...]]:
-        """Rows of `pattern`, with columns named after its own variables."""
-        key, renaming = canonical_key(pattern)
-        hit = cache.get((key, prefix))
-        if hit is None:
-            prog, renaming_of_prog = source_program(eg, pattern, key, renaming, prefix)
-            hit = (search(prog, index, since=since), prog.var_names, renaming_of_prog)
-            cache[(key, prefix)] = hit
-        rows, names, first = hit          # named after the first pattern with this key
-        back = {canon: name for name, canon in renaming.items()}
-        return rows, tuple(back.get(first.get(n, n), n) for n in names)
-
     out: dict[str, np.ndarray] = {}
     for rule in compiled:
         if rule.is_multi and not with_multi:
             continue
-        per = [matches_of(p, f"$check{s}_") for s, p in enumerate(rule.sources)]
+        srcs = [(p, f"$check{s}_") for s, p in enumerate(rule.sources)]
         if not rule.is_multi:
-            rows, names = per[0]
+            rows, names = source_matches(eg, index, *srcs[0], since, cache)
             out[rule.name] = _reorder(rows, names, rule.var_names, 1)
             continue
-        rows, names = join([p[0] for p in per], [p[1] for p in per], rule.symmetric,
-                           limits.multi_match_limit)
+        new = [source_matches(eg, index, p, pre, since, cache) for p, pre in srcs]
+        if since <= 0:
+            rows, names = join([m[0] for m in new], [m[1] for m in new], rule.symmetric,
+                               limits.multi_match_limit)
+        else:
+            full = [source_matches(eg, index, p, pre, 0, cache) for p, pre in srcs]
+            rows, names = semi_naive_join(new, full, rule.symmetric, limits.multi_match_limit)
         out[rule.name] = _reorder(rows, names, rule.var_names, len(rule.sources))
     return out
+
+
+def semi_naive_join(new: list[tuple[np.ndarray, tuple[str, ...]]],
+                    full: list[tuple[np.ndarray, tuple[str, ...]]], symmetric: bool,
+                    limit: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The join rows of two sources that use at least one new match: new0 × all1 ∪ all0 × new1,
+    each row once (at most `limit`). `new`/`full`: (rows, names) per source."""
+    (n0, v0), (n1, v1) = new
+    (a0, w0), (a1, w1) = full
+    assert v0 == w0 and v1 == w1
+    r1, names = join([n0, a1], [v0, v1], symmetric, limit)
+    r2, names2 = join([a0, n1], [v0, v1], symmetric, limit)
+    assert names == names2
+    rows = np.concatenate([r1, r2])
+    if len(r1) and len(r2):
+        _, first = np.unique(rows, axis=0, return_index=True)
+        rows = rows[np.sort(first)]
+    return rows[:limit], names
+
+
+def source_matches(eg: EGraph, index: MatchIndex, pattern, prefix: str, since: int,
+                   cache: dict) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Rows of `pattern` (new since `since` when > 0), with columns named after its own variables;
+    `cache` (one per iteration) shares the search between patterns equal up to renaming."""
+    key, renaming = canonical_key(pattern)
+    hit = cache.get((key, prefix, since))
+    if hit is None:
+        prog, renaming_of_prog = source_program(eg, pattern, key, renaming, prefix)
+        hit = (search(prog, index, since=since), prog.var_names, renaming_of_prog)
+        cache[(key, prefix, since)] = hit
+    rows, names, first = hit          # named after the first pattern with this key
+    back = {canon: name for name, canon in renaming.items()}
+    return rows, tuple(back.get(first.get(n, n), n) for n in names)
 
 
 def source_program(eg: EGraph, pattern, key: object, renaming: dict[str, str],
