@@ -217,7 +217,7 @@ _FLOPS_PER_S = 3e9
 _BYTES_PER_S = 1e9            # bytes of results and temporaries written
 _RANDOM_PER_S = 40e6          # random elements drawn
 _SECONDS_PER_NODE = 2e-4
-MEMORY_MARGIN = 1.5
+MEMORY_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ def _run_cost(graph: Graph, given: Mapping[str, Any]) -> tuple[int, int, float]:
         if node.op == "conv2d":          # im2col: every output position reads C*kh*kw inputs
             x, w = (types[v] for v in node.inputs[:2])
             cols = prod(node.types[0].shape) // w.shape[0] * prod(w.shape[1:])
-            work += cols * _ITEMSIZE.get(x.dtype, 8) + _bytes(x)
+            work += 2 * cols * _ITEMSIZE.get(x.dtype, 8) + _bytes(x)   # two copies, padding
         elif node.op == "opaque":
             work += 2 * (outs + sum(size.get(v, 0) for v in node.inputs))
         peak = max(peak, live + outs + work)
@@ -292,7 +292,7 @@ def estimate_verification(original: Graph, optimized: Graph,
     opt_peak, opt_out, opt_s = _run_cost(optimized, given)
     compare_ws = 6 * COMPARE_CHUNK * 8
     peak = max(ref_peak, ref_out + opt_peak, ref_out + opt_out + compare_ws)
-    # the simulation was within -40 % .. +90 % of tracemalloc's peak on ir_examples/: a margin
+    # the simulation was within -35 % .. +125 % of tracemalloc's peak on ir_examples/: a margin
     return VerifyCost(int(peak * MEMORY_MARGIN),
                       seeds * (ref_s + opt_s + (ref_out + opt_out) / _BYTES_PER_S))
 

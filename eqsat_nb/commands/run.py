@@ -316,7 +316,8 @@ def plan_verification(original, optimized, weights, args: argparse.Namespace, bu
                                  human_bytes)
 
     cost = estimate_verification(original, optimized, weights, len(seeds))
-    limit, given = args.verify_memory, args.verify_memory is not None
+    limit = getattr(args, "verify_memory", None)     # bench has no such option
+    given = limit is not None
     if limit is None:
         avail = available_memory()
         limit = avail // 2 if avail is not None else None
