@@ -274,7 +274,6 @@ def test_huge_dimensions_are_located_errors_in_check_and_run(tmp_path, capsys):
 
 # ------------------------------------------------------------------ 4. clean failures
 def _onnx_with_external_data(folder: Path, location: str) -> Path:
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
