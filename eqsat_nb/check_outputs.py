@@ -6,19 +6,28 @@ numbers; imported models pass their real weights). Tolerance: |opt - ref| <= rto
 atol_rel*max|ref| element-wise, with rtol 1e-4 and atol_rel 1e-5: fp32 reassociation noise was
 measured at <= 4e-7 of max|ref| here, while NumPy's default allclose rejects correct rewrites
 (near-zero elements of a large-valued output).
+
+Memory and time: the interpreter runs in float32 (the comparison converts to float64 a chunk at a
+time), frees every value after its last use, and draws random tensors a chunk at a time; still, a
+model's activations and weights must fit. `estimate_verification` predicts the peak memory and
+the time from the shapes alone, so `eqsat-nb run` can skip (and say so) a verification that would
+not fit its memory budget or time limit, and `verify_graphs` takes a deadline.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from math import prod
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .ir.graph import Graph
-from .ir.interp import run
+from .ir.interp import RANDOM_CHUNK, run
 
 RTOL = 1e-4
 ATOL_REL = 1e-5
+COMPARE_CHUNK = 1 << 20     # elements compared at a time
 
 
 @dataclass(frozen=True)
@@ -68,52 +77,103 @@ class Verification:
         return f"{head}; MISMATCH in {worst}"
 
 
+@dataclass(frozen=True)
+class NotVerified:
+    """Verification did not run: the graph is unchanged, or checking would not fit the memory
+    budget or the time limit. `ok` is True (nothing failed); `message` says what was not checked
+    and how to check it."""
+
+    reason: str                 # "unchanged" | "memory" | "time"
+    message: str
+    seeds: tuple[int, ...] = (0,)
+
+    ok = True
+
+    @property
+    def limited(self) -> bool:
+        """Skipped for a memory or time limit (anything else that would check is skipped too)."""
+        return self.reason in ("memory", "time")
+
+    def summary(self) -> str:
+        return self.message
+
+
+class VerificationStopped(Exception):
+    """Raised inside the interpreter when verification passes its deadline."""
+
+
 def compare(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
             names: Sequence[str], rtol: float = RTOL, atol_rel: float = ATOL_REL
             ) -> list[OutputCheck]:
-    """Element-wise check of `candidate` against `reference`, one record per output."""
+    """Element-wise check of `candidate` against `reference`, one record per output (in float64,
+    COMPARE_CHUNK elements at a time, so the memory it needs beyond the outputs is bounded)."""
     out = []
     for name, ref, got in zip(names, reference, candidate):
-        ref = np.asarray(ref, np.float64)
-        got = np.asarray(got, np.float64)
+        ref, got = np.asarray(ref), np.asarray(got)
         if ref.shape != got.shape:
             out.append(OutputCheck(name, False, float("inf"), 0.0, float("inf")))
             continue
-        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-        err = np.abs(got - ref)
-        allowed = rtol * np.abs(ref) + atol_rel * scale
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0),
-                             np.where(err > 0, np.inf, 0.0))
-        if not np.all(np.isfinite(got) == np.isfinite(ref)):
-            ratio = np.full(1, np.inf)
-        out.append(OutputCheck(name, True, float(err.max()) if err.size else 0.0, scale,
-                               float(np.nanmax(ratio)) if ratio.size else 0.0))
+        r, g = ref.reshape(-1), got.reshape(-1)
+        n = r.size
+        chunks = range(0, n, COMPARE_CHUNK)
+        scale = float(np.max([np.max(np.abs(r[i:i + COMPARE_CHUNK])) for i in chunks])
+                      ) if n else 0.0      # np.max: a NaN propagates, as in one np.max
+        max_err, worst, finite_ok = 0.0, float("nan") if n else 0.0, True
+        for i in chunks:
+            rc = r[i:i + COMPARE_CHUNK].astype(np.float64)
+            gc = g[i:i + COMPARE_CHUNK].astype(np.float64)
+            err = np.abs(gc - rc)
+            allowed = rtol * np.abs(rc) + atol_rel * scale
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1.0),
+                                 np.where(err > 0, np.inf, 0.0))
+            finite_ok = finite_ok and bool(np.all(np.isfinite(gc) == np.isfinite(rc)))
+            max_err = float(np.maximum(max_err, err.max()))        # NaN propagates, as before
+            worst = float(np.fmax(worst, np.fmax.reduce(ratio)))   # NaN ignored (nanmax)
+        if not finite_ok:
+            worst = float("inf")
+        out.append(OutputCheck(name, True, max_err, scale, worst))
     return out
 
 
 def verify_graphs(original: Graph, optimized: Graph, weights: Mapping[str, Any] | None = None,
-                  seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL
-                  ) -> Verification:
+                  seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL,
+                  deadline: float | None = None) -> Verification:
     """Run both graphs on the same random inputs (one set per seed) and compare every output.
 
-    `weights` maps weight names (without '@') to real values; missing ones are random."""
+    `weights` maps weight names (without '@') to real values; missing ones are random. With a
+    `deadline` (on search.limits.work_clock) the interpreter raises VerificationStopped once it
+    has passed it."""
     if len(original.outputs) != len(optimized.outputs):
         raise ValueError(f"the graphs return {len(original.outputs)} and "
                          f"{len(optimized.outputs)} values")
     env = {"@" + k: v for k, v in (weights or {}).items()}
-    return _worst_over_seeds(original, env, lambda seed: run(optimized, env, seed=seed), seeds,
-                             rtol, atol_rel)
+    check = _deadline_check(deadline)
+    return _worst_over_seeds(original, env,
+                             lambda seed: run(optimized, env, seed=seed, check=check), seeds,
+                             rtol, atol_rel, check)
+
+
+def _deadline_check(deadline: float | None) -> Callable[[], None] | None:
+    if deadline is None:
+        return None
+    from .search.limits import work_clock
+
+    def check() -> None:
+        if work_clock() > deadline:
+            raise VerificationStopped
+    return check
 
 
 def _worst_over_seeds(original: Graph, env: dict, candidate: Callable[[int], Sequence[Any]],
-                      seeds: Sequence[int], rtol: float, atol_rel: float) -> Verification:
+                      seeds: Sequence[int], rtol: float, atol_rel: float,
+                      stop: Callable[[], None] | None = None) -> Verification:
     """Compare `candidate(seed)` with the interpreter on `original`, keeping each output's
     worst check over the seeds."""
     names = list(original.outputs)
     worst: list[OutputCheck | None] = [None] * len(names)
     for seed in seeds:
-        ref = run(original, env, seed=seed)
+        ref = run(original, env, seed=seed, check=stop)
         for i, check in enumerate(compare(ref, candidate(seed), names, rtol, atol_rel)):
             old = worst[i]
             if old is None or (not check.ok, check.worst_excess) > (not old.ok, old.worst_excess):
@@ -142,3 +202,138 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
         return sess.run(None, feed)
 
     return _worst_over_seeds(original, env, onnx_outputs, seeds, rtol, atol_rel)
+
+
+# ------------------------------------------------------------------ what verification costs
+# bytes per element as the interpreter holds values (floats in its float32)
+_ITEMSIZE = {"f16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
+# working memory of one node beyond its results, in multiples of the results' bytes (temporaries
+# of the NumPy expressions in ir/interp.py); conv2d's im2col buffer is counted separately
+_WORK = {"softmax": 2, "layernorm": 3, "gelu": 3, "sigmoid": 2, "batchnorm": 2, "matmul": 1,
+         "conv2d": 2, "poolavg": 1, "poolmax": 1, "merge": 1}
+# rough speeds of the interpreter on one core of a loaded 2-core machine (measured on
+# ir_examples/: 0.1 to 7 GFLOP/s, memory-bound ops and random weights dominate the small models)
+_FLOPS_PER_S = 3e9
+_BYTES_PER_S = 1e9            # bytes of results and temporaries written
+_RANDOM_PER_S = 40e6          # random elements drawn
+_SECONDS_PER_NODE = 2e-4
+MEMORY_MARGIN = 2.0
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    peak_bytes: int             # the interpreter's and the comparison's peak memory
+    seconds: float              # estimated time, all seeds
+
+
+def _bytes(ty) -> int:
+    return prod(ty.shape) * _ITEMSIZE.get(ty.dtype, 8)
+
+
+def _run_cost(graph: Graph, given: Mapping[str, Any]) -> tuple[int, int, float]:
+    """(peak bytes, bytes of the outputs, seconds) of `ir.interp.run(graph)`, simulated from the
+    shapes: the same freeing of values after their last use as the interpreter."""
+    from .ir.ops import flops
+
+    types = graph.types()
+    remaining = {v: 1 for v in graph.outputs}
+    for node in graph.nodes:
+        for v in node.inputs:
+            remaining[v] = remaining.get(v, 0) + 1
+    live = peak = 0
+    seconds = 0.0
+    size: dict[str, int] = {}
+    for name, ty in graph.inputs:
+        size[name] = _bytes(ty)
+        live += size[name]
+        seconds += prod(ty.shape) / _RANDOM_PER_S
+    peak = live + RANDOM_CHUNK * 8
+    for node in graph.nodes:
+        seconds += _SECONDS_PER_NODE
+        if node.op == "weight":
+            r = node.results[0]
+            size[r] = _bytes(node.types[0])
+            live += size[r]
+            if node.attr["name"] not in given:
+                seconds += prod(node.types[0].shape) / _RANDOM_PER_S
+            peak = max(peak, live + RANDOM_CHUNK * 8)
+            continue
+        outs = sum(_bytes(t) for t in node.types)
+        work = _WORK.get(node.op, 0) * outs
+        if node.op == "conv2d":          # im2col: every output position reads C*kh*kw inputs
+            x, w = (types[v] for v in node.inputs[:2])
+            cols = prod(node.types[0].shape) // w.shape[0] * prod(w.shape[1:])
+            work += 2 * cols * _ITEMSIZE.get(x.dtype, 8) + _bytes(x)   # two copies, padding
+        elif node.op == "opaque":
+            work += 2 * (outs + sum(size.get(v, 0) for v in node.inputs))
+        peak = max(peak, live + outs + work)
+        in_types = [types[v] for v in node.inputs]
+        seconds += flops(node.op, in_types, list(node.types), node.attrs) / _FLOPS_PER_S
+        seconds += (outs + work) / _BYTES_PER_S
+        for v in node.inputs:
+            remaining[v] -= 1
+            if remaining[v] == 0:
+                live -= size.pop(v, 0)
+        for r, t in zip(node.results, node.types):
+            if r in remaining:
+                size[r] = _bytes(t)
+                live += size[r]
+    outputs = sum(size.get(v, 0) for v in set(graph.outputs))
+    return peak, outputs, seconds
+
+
+def estimate_verification(original: Graph, optimized: Graph,
+                          weights: Mapping[str, Any] | None = None, seeds: int = 1
+                          ) -> VerifyCost:
+    """What `verify_graphs(original, optimized, weights)` will need: the reference run, then the
+    candidate run while the reference outputs are kept, then the chunked comparison."""
+    given = weights or {}
+    ref_peak, ref_out, ref_s = _run_cost(original, given)
+    opt_peak, opt_out, opt_s = _run_cost(optimized, given)
+    compare_ws = 6 * COMPARE_CHUNK * 8
+    peak = max(ref_peak, ref_out + opt_peak, ref_out + opt_out + compare_ws)
+    # the simulation was within -35 % .. +125 % of tracemalloc's peak on ir_examples/: a margin
+    return VerifyCost(int(peak * MEMORY_MARGIN),
+                      seeds * (ref_s + opt_s + (ref_out + opt_out) / _BYTES_PER_S))
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: the kernel's MemAvailable, bounded by a cgroup's
+    memory limit when there is one (containers); None when neither can be read."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit_file) as f:
+                text = f.read().strip()
+            if text == "max":
+                continue
+            with open(usage_file) as f:
+                left = max(0, int(text) - int(f.read().strip()))
+        except (OSError, ValueError):
+            continue
+        if left < (1 << 60):        # cgroup v1 writes a huge number for "no limit"
+            avail = left if avail is None else min(avail, left)
+    return avail
+
+
+def human_bytes(n: float) -> str:
+    """1.5e9 → '1.4 GiB'."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"

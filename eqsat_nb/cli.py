@@ -163,16 +163,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# exit codes (README "Exit codes")
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_MEMORY, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 70, 130
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command. Every failure ends in a one-paragraph message on stderr and an exit code
+    (README "Exit codes"), never a Python traceback (EQSAT_NB_TRACEBACK=1 shows the traceback of
+    an internal error)."""
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except TirError as e:
         print(e, file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        print("eqsat-nb: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except MemoryError:
+        print("eqsat-nb: error: out of memory. A smaller --node-limit lowers the search's "
+              "memory; --verify-memory bounds verification's", file=sys.stderr)
+        return EXIT_MEMORY
     except BrokenPipeError:
         # the reader went away (`eqsat-nb print f.tir | head`): no traceback; silence the final
         # flush of stdout as the Python docs recommend
@@ -180,7 +191,16 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):       # stdout is not a real file (tests, embedding)
             pass
-        return 1
+        return EXIT_ERROR
+    except Exception as e:      # a bug: say so in one paragraph rather than a traceback
+        if os.environ.get("EQSAT_NB_TRACEBACK"):
+            raise
+        text = str(e).strip().splitlines()
+        print(f"eqsat-nb: internal error: {type(e).__name__}"
+              + (f": {text[0]}" if text else "")
+              + ". This is a bug in eqsat-nb; please report it with the command and input "
+              "(EQSAT_NB_TRACEBACK=1 shows the Python traceback).", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -5,11 +5,18 @@
 fallback; `ilp` then solves exactly, warm-started from ocf, within a time limit, and its answer is
 taken when it is at least as good. If no extracted graph is estimated cheaper than the original,
 the original is returned unchanged: the optimizer never hands back a graph it predicts is slower.
+
+With a `Budget` (`eqsat-nb run --time-limit`: one wall-clock budget for the whole command) the
+phases share it: the search may use `search_share` of what is left (less `reserve`, the seconds the
+caller keeps for verification and writing), pricing and ocf always run (they are needed for any
+answer and take milliseconds to a second), and the ILP gets what is then left, again less
+`reserve` (skipped below ILP_MIN_SECONDS, ocf's answer stands). Numba compilation is not counted
+(search/limits.py).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -21,10 +28,13 @@ from .extract.problem import egraph_choice, from_egraph
 from .extract.run import extract
 from .ir.graph import Graph
 from .rules.pattern import Rule
+from .search.limits import Budget
 from .search.saturate import Iteration, Limits, saturate
 
 SEARCHES = ("saturate", "mcts")
 EXTRACTORS = ("greedy", "ocf", "ilp")
+ILP_MIN_SECONDS = 1.5       # below this the ILP worker cannot start, presolve and solve: ocf stands
+ILP_OVERHEAD_SECONDS = 1.0  # worker start-up and result handling outside HiGHS's own time limit
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,9 @@ class Options:
     mcts: Any = None                        # MctsOptions for search="mcts" (None: defaults)
     extract: str = "ilp"
     ilp_time_limit: float = 60.0
+    budget: Budget | None = None            # the command's time budget (None: only the limits)
+    reserve: float = 0.0                    # seconds of the budget kept for after optimize()
+    search_share: float = 0.5               # of the budget left (less reserve) when search starts
 
 
 @dataclass
@@ -67,6 +80,7 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
     if options.extract not in EXTRACTORS:
         raise ValueError(f"unknown extractor {options.extract!r} "
                          f"(known: {', '.join(EXTRACTORS)})")
+    options = _with_search_budget(options)
     times: dict[str, float] = {}
     t = time.perf_counter()
     eg = graph_to_egraph(graph)
@@ -90,6 +104,11 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
     else:          # MCTS prices, searches and extracts (ocf during search, its final extractor)
         from .search.mcts import MctsOptions, mcts_optimize
         mopts = options.mcts if options.mcts is not None else MctsOptions()
+        if options.budget is not None:      # its ILP runs right after its search
+            mopts = replace(mopts, time_limit=min(mopts.time_limit, options.limits.time_limit),
+                            ilp_time_limit=min(mopts.ilp_time_limit, max(
+                                0.1, options.budget.left() - options.reserve
+                                - options.limits.time_limit - ILP_OVERHEAD_SECONDS)))
         report = mcts_optimize(eg, rules, cost_model, mopts, progress=on_decision)
         eg = report.egraph
         iterations, stop = len(report.decisions), report.stop_reason
@@ -108,6 +127,15 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
                   times, improved)
 
 
+def _with_search_budget(options: Options) -> Options:
+    """`options` whose search time limit is its share of the budget (unchanged without one)."""
+    if options.budget is None:
+        return options
+    share = max(0.0, options.search_share * (options.budget.left() - options.reserve))
+    return replace(options, limits=replace(options.limits,
+                                           time_limit=min(options.limits.time_limit, share)))
+
+
 def _extract(problem, options: Options) -> tuple[np.ndarray, str]:
     """The chosen node per class and a few words on how it was found."""
     if options.extract == "greedy":
@@ -116,7 +144,16 @@ def _extract(problem, options: Options) -> tuple[np.ndarray, str]:
     if options.extract == "ocf":
         return ocf, "ocf"
     from .extract.ilp import extract_ilp
-    res = extract_ilp(problem, time_limit=options.ilp_time_limit, warm_start=ocf)
+    seconds, kill_margin = options.ilp_time_limit, 10.0
+    if options.budget is not None:          # the ILP gets what is left, worker start-up included
+        left = options.budget.left() - options.reserve
+        if left < ILP_MIN_SECONDS:
+            return ocf, "ocf (ilp skipped: the time limit was reached)"
+        seconds = min(seconds, left - ILP_OVERHEAD_SECONDS)
+        kill_margin = ILP_OVERHEAD_SECONDS / 2
+    res = extract_ilp(problem, time_limit=seconds, warm_start=ocf, kill_margin=kill_margin)
+    if res.status == "killed":
+        return ocf, "ocf (ilp: stopped at its time limit)"
     if res.choice is None or not np.isfinite(res.cost) or res.cost > dag_cost(problem, ocf):
         return ocf, f"ocf (ilp: {res.status})"
     gap = "" if res.optimal else f", gap {100 * res.gap:.1f} %"

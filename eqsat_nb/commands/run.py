@@ -1,9 +1,13 @@
 """`eqsat-nb run MODEL`: load, optimize, verify, write, report.
 
-Nothing is written unless the optimized graph passed verification (or `--no-verify` was given),
-and files are written atomically (a temporary file renamed into place), so an interrupted or
-failed run never leaves a partial or wrong output behind. Existing files are only replaced with
-`--force`.
+Nothing is written if verification finds a difference, and files are written atomically (a
+temporary file renamed into place, with the mode `open()` would give), so an interrupted or failed
+run never leaves a partial or wrong output behind. Existing files are only replaced with `--force`.
+
+Verification is skipped, with a message saying so, when the graph is unchanged (nothing to check),
+with `--no-verify`, and when checking would not fit: its estimated peak memory is over
+`--verify-memory` (default half the available memory) or its estimated time over what
+`--time-limit` leaves. `--time-limit` is the whole command's budget (search/limits.py Budget).
 """
 from __future__ import annotations
 
@@ -60,9 +64,12 @@ def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                dir=str(target.parent if str(target.parent) else "."))
-    os.close(fd)
     done = False
     try:
+        try:        # mkstemp makes 0600; give the file what open() would under the umask
+            os.fchmod(fd, 0o666 & ~_umask())
+        finally:
+            os.close(fd)
         write(Path(tmp))
         os.replace(tmp, target)
         done = True
@@ -74,6 +81,13 @@ def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str
         for side in side_files if not done else ():
             if os.path.exists(side):
                 os.unlink(side)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_onnx(path: str, model: Any) -> None:
@@ -109,7 +123,9 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
                    help="iterations in which multi-pattern rules run "
                    f"(default {DEFAULT_LIMITS.k_multi})")
     s.add_argument("--time-limit", type=float, default=DEFAULT_LIMITS.time_limit,
-                   help="search time limit, seconds")
+                   help="seconds (default %(default)g): for run, the wall-clock budget that "
+                   "search, extraction and verification share (Numba compilation on a first run "
+                   "not counted); for bench, the search's")
     s.add_argument("--seed", type=int, default=0, help="seed for MCTS and verification inputs")
     s.add_argument("--budget", type=int, default=128, help="MCTS simulations per decision")
     s.add_argument("--depth", type=int, default=10, help="MCTS simulation depth")
@@ -189,6 +205,10 @@ def add_parser(sub: Any) -> None:
                    help="skip checking the optimized graph against the original")
     c.add_argument("--verify-seeds", type=int, default=1,
                    help="random input sets for verification (default 1)")
+    c.add_argument("--verify-memory", type=parse_size, default=None, metavar="SIZE",
+                   help="memory verification may use, e.g. 4G or 512M (default: half of the "
+                   "available memory); a verification estimated to need more is skipped, "
+                   "with a message")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     o = c.add_argument_group("ONNX models")
     o.add_argument("--measure", dest="measure", action="store_true", default=None,
@@ -206,7 +226,29 @@ def add_parser(sub: Any) -> None:
     c.set_defaults(func=run_command)
 
 
+def parse_size(text: str) -> int:
+    """'4G', '512M', '1.5GB', '2GiB', '1000000' → bytes (K, M, G, T are powers of 1024)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = 1
+    if t[-1:] in _UNITS:
+        scale, t = _UNITS[t[-1]], t[:-1]
+    try:
+        value = float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4G, 512M)") from None
+    if not value > 0 or value * scale > 2**62:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4G, 512M)")
+    return int(value * scale)
+
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
 def run_command(args: argparse.Namespace) -> int:
+    from ..search.limits import Budget, track_compilation
+
+    track_compilation()
+    budget = Budget(args.time_limit)        # the whole command's, loading included
     for out in (args.output, args.onnx, args.report):
         check_writable(out, args.force)
     from ..rules.parse import load_rules
@@ -221,15 +263,17 @@ def run_command(args: argparse.Namespace) -> int:
         rules, dropped = rules_for_opset(list(rules), model_opset(imp.model))
     load_s = time.perf_counter() - t
     cost_model = cost_model_from_args(args)
-    result, check = optimize_and_verify(graph, weights, cost_model, rules, args)
+    result, check = optimize_and_verify(graph, weights, cost_model, rules, args, budget)
     result.times = {"load": load_s, **result.times}
-    report = make_report(args.model, result, check, describe_cost_model(cost_model))
+    report = make_report(args.model, result, check, describe_cost_model(cost_model), budget)
     if dropped:
         report["rules_not_used"] = dropped
     if args.onnx and imp is not None:
         from .onnx_out import write_onnx_result
         if args.measure is None:
             args.measure = True
+        if args.time_limit and args.time_limit != DEFAULT_LIMITS.time_limit:
+            args.measure_time = max(2.0, min(args.measure_time, budget.left()))
         t = time.perf_counter()
         gpu = args.cost in ("trt", "torch") or (args.device or "cpu") not in ("cpu",
                                                                                 "cpu-calibrated")
@@ -244,7 +288,7 @@ def run_command(args: argparse.Namespace) -> int:
     elif args.onnx:
         from ..onnx_io import to_onnx
         model = to_onnx(result.optimized, weights, seed=args.seed)
-        if not args.no_verify:
+        if not args.no_verify and not getattr(check, "limited", False):
             from ..check_outputs import verify_onnx
             t = time.perf_counter()
             onnx_check = verify_onnx(graph, model, weights, seeds=check.seeds)
@@ -266,12 +310,23 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namespace):
-    """Optimize with progress output, then verify (unless --no-verify); raises on a mismatch."""
+def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namespace,
+                        budget=None):
+    """Optimize with progress output, then verify (unless --no-verify, an unchanged graph, or a
+    verification that would not fit `--verify-memory` or the `budget`: then `check` is a
+    NotVerified saying so); raises on a mismatch."""
+    import dataclasses
+
     from ..optimize import optimize
     from ..progress import Progress
 
     options = options_from_args(args)
+    seeds = tuple(range(args.seed, args.seed + args.verify_seeds))
+    skip, reserve = None, 0.0
+    if not args.no_verify:      # the optimized graph is not known yet: plan with the original
+        skip, reserve = plan_verification(graph, graph, weights, args, budget, seeds)
+    if budget is not None:
+        options = dataclasses.replace(options, budget=budget, reserve=reserve)
     total = options.limits.iter_limit if options.search == "saturate" else None
     with Progress(f"{Path(args.model).name}: {options.search}", total,
                   quiet=args.quiet) as bar:
@@ -280,23 +335,99 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
             on_iteration=lambda it: bar.update(it.index, f"{it.nodes} nodes, "
                                                          f"{it.classes} classes"),
             on_decision=lambda d: bar.update(d.index, f"{d.action}, {d.nodes} nodes"))
-    check = None
-    if not args.no_verify:
-        from ..check_outputs import verify_graphs
-        t = time.perf_counter()
-        check = verify_graphs(graph, result.optimized, weights,
-                              seeds=tuple(range(args.seed, args.seed + args.verify_seeds)))
-        result.times["verify"] = time.perf_counter() - t
-        if not check.ok:
-            fired = ", ".join(sorted(result.rules_fired)) or "none"
-            raise VerificationError(
-                f"the optimized graph does not match the original: {check.summary()}. "
-                f"Nothing was written. Rules that fired: {fired}. Please report this "
-                f"(`eqsat-nb verify-rules` checks the rules one by one).", file=args.model)
+    if args.no_verify:
+        return result, None
+    from ..check_outputs import NotVerified, VerificationStopped, verify_graphs
+    if not result.improved:
+        return result, NotVerified("unchanged", "unchanged, nothing to verify", seeds)
+    if skip is None:            # plan again with the graph that came out
+        skip, _ = plan_verification(graph, result.optimized, weights, args, budget, seeds)
+    if skip is not None:
+        warn(skip.message)
+        return result, skip
+    t = time.perf_counter()
+    try:
+        check = verify_graphs(graph, result.optimized, weights, seeds=seeds,
+                              deadline=None if budget is None else budget.deadline)
+    except VerificationStopped:
+        check = NotVerified("time", f"not verified: verification was stopped at the time limit "
+                            f"after {time.perf_counter() - t:.1f} s; the optimized graph's outputs "
+                            f"were not compared with the original's. A larger --time-limit "
+                            f"leaves it more time", seeds)
+    except MemoryError:
+        check = NotVerified("memory", "not verified: verification ran out of memory; the "
+                            "optimized graph's outputs were not compared with the original's. "
+                            "--verify-memory sets the memory verification may plan to use", seeds)
+    result.times["verify"] = time.perf_counter() - t
+    if isinstance(check, NotVerified):
+        warn(check.message)
+    elif not check.ok:
+        fired = ", ".join(sorted(result.rules_fired)) or "none"
+        raise VerificationError(
+            f"the optimized graph does not match the original: {check.summary()}. "
+            f"Nothing was written. Rules that fired: {fired}. Please report this "
+            f"(`eqsat-nb verify-rules` checks the rules one by one).", file=args.model)
     return result, check
 
 
-def make_report(model: str, result, check, cost_name: str) -> dict[str, Any]:
+VERIFY_SHARE = 0.6      # verification may take at most this share of the time budget left
+
+
+def plan_verification(original, optimized, weights, args: argparse.Namespace, budget, seeds
+                      ) -> tuple[Any, float]:
+    """(NotVerified when checking `optimized` against `original` would not fit the memory
+    budget or the time left, else None; the seconds to keep for it)."""
+    from ..check_outputs import (NotVerified, available_memory, estimate_verification,
+                                 human_bytes)
+
+    cost = estimate_verification(original, optimized, weights, len(seeds))
+    limit = getattr(args, "verify_memory", None)     # bench has no such option
+    given = limit is not None
+    if limit is None:
+        avail = available_memory()
+        limit = avail // 2 if avail is not None else None
+    not_checked = "the optimized graph's outputs were not compared with the original's"
+    if limit is not None and cost.peak_bytes > limit:
+        whose = "--verify-memory" if given else "half of the available memory"
+        return NotVerified("memory", (
+            f"not verified: verification would need about {human_bytes(cost.peak_bytes)} "
+            f"(the reference interpreter runs both graphs in float32), over its budget of "
+            f"{human_bytes(limit)} ({whose}); {not_checked}. To check anyway, pass "
+            f"--verify-memory {_size_arg(cost.peak_bytes)} (if the machine has that much "
+            f"memory)"), seeds), 0.0
+    if budget is not None:
+        left = budget.left()
+        if cost.seconds > VERIFY_SHARE * left:
+            need = budget.seconds - left + cost.seconds / VERIFY_SHARE
+            return NotVerified("time", (
+                f"not verified: verification would take about {cost.seconds:.0f} s "
+                f"(estimated), more than the time limit leaves ({max(left, 0):.1f} s of "
+                f"{budget.seconds:g} s); {not_checked}. To check it, pass --time-limit "
+                f"{_round_up(need)} or more"), seeds), 0.0
+        return None, cost.seconds
+    return None, 0.0
+
+
+def _size_arg(n: int) -> str:
+    """A --verify-memory value a little above `n` bytes, e.g. '13G'."""
+    gib = n / (1 << 30)
+    return f"{int(gib) + 1}G" if gib >= 1 else f"{int(n / (1 << 20)) + 1}M"
+
+
+def _round_up(seconds: float) -> str:
+    for step in (1, 5, 10, 60, 600):
+        if seconds <= 20 * step:
+            return f"{-(-seconds // step) * step:g}"
+    return f"{-(-seconds // 3600) * 3600:g}"
+
+
+def warn(message: str) -> None:
+    import sys
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def make_report(model: str, result, check, cost_name: str, budget=None) -> dict[str, Any]:
+    from ..check_outputs import NotVerified
     from ..ir.stats import graph_stats
 
     before, after = graph_stats(result.original), graph_stats(result.optimized)
@@ -316,10 +447,15 @@ def make_report(model: str, result, check, cost_name: str) -> dict[str, Any]:
         "improved": result.improved,
         "rules_fired": dict(sorted(result.rules_fired.items(), key=lambda kv: (-kv[1], kv[0]))),
         "times_s": result.times,
+        "time_budget": None if budget is None else {
+            "limit_s": budget.seconds, "used_s": budget.elapsed(),
+            "numba_compile_s": budget.compile_spent()},     # not counted in used_s
         "verification": None if check is None else {
-            "ok": check.ok, "seeds": list(check.seeds), "rtol": check.rtol,
-            "atol_rel": check.atol_rel, "max_relative_err": check.max_relative_err,
-            "summary": check.summary()},
+            "status": check.reason, "ok": None, "seeds": list(check.seeds),
+            "summary": check.summary()} if isinstance(check, NotVerified) else {
+            "status": "verified", "ok": check.ok, "seeds": list(check.seeds),
+            "rtol": check.rtol, "atol_rel": check.atol_rel,
+            "max_relative_err": check.max_relative_err, "summary": check.summary()},
     }
 
 
@@ -333,15 +469,26 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
     lines.append(f"  e-graph: {eg['nodes']} nodes, {eg['classes']} classes after "
                  f"{eg['iterations']} step{'' if eg['iterations'] == 1 else 's'} "
                  f"({eg['stop_reason']}); extraction: {r['extraction']}")
+    total = f"total {sum(r['times_s'].values()):.2f} s"
+    b = r.get("time_budget")
+    if b:
+        total = f"{b['used_s']:.2f} s of the {b['limit_s']:g} s limit"
+        if b["numba_compile_s"] >= 0.05:
+            total += f"; Numba compilation {b['numba_compile_s']:.1f} s, not counted"
     lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["times_s"].items())
-                 + f" (total {sum(r['times_s'].values()):.2f} s)")
+                 + f" ({total})")
     fired = r["rules_fired"]
     if fired:
         shown = ", ".join(f"{k} x{v}" for k, v in list(fired.items())[:8])
         more = f", ... ({len(fired)} rules)" if len(fired) > 8 else ""
         lines.append(f"  rules fired: {shown}{more}")
     v = r["verification"]
-    lines.append("  verified: " + v["summary"] if v else "  not verified (--no-verify)")
+    if not v:
+        lines.append("  not verified (--no-verify)")
+    elif v["status"] == "verified":
+        lines.append("  verified: " + v["summary"])
+    else:
+        lines.append("  " + v["summary"])
     if v and v.get("onnxruntime"):
         lines.append("  verified in onnxruntime: " + v["onnxruntime"])
     o = r.get("onnx_output")

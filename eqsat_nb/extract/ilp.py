@@ -603,6 +603,10 @@ def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
         proc.kill()
         proc.communicate()
         return {"status": "killed"}
+    except BaseException:       # Ctrl-C, MemoryError...: leave no worker behind
+        proc.kill()
+        proc.wait()
+        raise
     if proc.returncode != 0 or not out:
         tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         return {"status": f"error: ILP worker exited {proc.returncode}: {tail[0]}"}

@@ -197,6 +197,9 @@ def eval_node(node: Node, args: list[Array]) -> tuple[Array, ...]:
 _EXACT_NP = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 
+RANDOM_CHUNK = 1 << 20     # elements drawn at a time by random_tensor
+
+
 def _rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
@@ -210,12 +213,19 @@ def random_tensor(name: str, ty: TensorType, seed: int = 0, dtype: Any = np.floa
     if ty.dtype in _EXACT:       # integer and bool tensors: small non-negative values
         return rng.integers(0, 2 if ty.dtype == "bool" else 4, ty.shape).astype(
             _EXACT_NP[ty.dtype])
-    if positive:
-        return rng.uniform(0.5, 1.5, ty.shape).astype(dtype)
-    x = rng.standard_normal(ty.shape)
-    if name.startswith("@") and len(ty.shape) >= 2:
-        x /= sqrt(max(prod(ty.shape[1:]), 1))
-    return x.astype(dtype)
+    divisor = None
+    if not positive and name.startswith("@") and len(ty.shape) >= 2:
+        divisor = sqrt(max(prod(ty.shape[1:]), 1))
+    # drawn in float64 in chunks, cast into the result: the same numbers as one draw of the whole
+    # shape (the generator's stream does not depend on the chunking), without a float64 copy
+    out = np.empty(prod(ty.shape), dtype=dtype)
+    for start in range(0, out.size, RANDOM_CHUNK):
+        n = min(RANDOM_CHUNK, out.size - start)
+        x = rng.uniform(0.5, 1.5, n) if positive else rng.standard_normal(n)
+        if divisor is not None:
+            x /= divisor
+        out[start:start + n] = x
+    return out.reshape(ty.shape)
 
 
 def _positive_weights(graph: Graph) -> set[str]:
@@ -235,9 +245,10 @@ def random_env(graph: Graph, seed: int = 0, dtype: Any = np.float32) -> dict[str
 
 
 def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
-        dtype: Any = np.float32) -> list[Array]:
+        dtype: Any = np.float32, check: Callable[[], None] | None = None) -> list[Array]:
     """Evaluate `graph`. `env` maps input value names ('%x') and weight names ('@w1') to arrays;
-    anything missing is drawn at random from `seed`. Returns the outputs in order."""
+    anything missing is drawn at random from `seed`. Returns the outputs in order. `check` is
+    called before each node (it may raise to stop the run, e.g. at a deadline)."""
     dtype = FLOAT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
     given = dict(env or {})
     types = graph.types() if any(n.op == "opaque" for n in graph.nodes) else {}
@@ -250,6 +261,8 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
         for v in node.inputs:
             remaining[v] = remaining.get(v, 0) + 1
     for node in graph.nodes:
+        if check is not None:
+            check()
         if node.op == "weight":
             values[node.results[0]] = _fetch(given, "@" + node.attr["name"], node.types[0], seed,
                                              dtype, node.results[0] in positive)

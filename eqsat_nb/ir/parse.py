@@ -27,6 +27,12 @@ _DESCRIBE = {
 }
 _TYPE_RE = re.compile(r"tensor<[^<>(){}\[\],:=%@\"\n]*>")
 
+# Sanity bounds on a tensor's size, checked for every written and every inferred type: beyond
+# them element counts and byte sizes overflow int64 arithmetic (cost model, Numba kernels) or are
+# no real model (2^40 elements of f32 are 4 TiB).
+MAX_DIM = 2**31 - 1
+MAX_ELEMENTS = 2**40
+
 
 @lru_cache(maxsize=None)
 def _parser() -> Lark:
@@ -107,8 +113,29 @@ def parse_type(tok: Token) -> TensorType:
         if not p.isdigit() or int(p) <= 0:
             raise TirError(f"bad dimension '{p}' in {tok.value} (dimensions are positive integers)",
                            _loc(tok))
+        if int(p) > MAX_DIM:
+            raise TirError(f"dimension {p} in {tok.value} is too large (at most {MAX_DIM})",
+                           _loc(tok))
         dims.append(int(p))
-    return TensorType(tuple(dims), dtype)
+    ty = TensorType(tuple(dims), dtype)
+    problem = size_problem(ty)
+    if problem:
+        raise TirError(f"{tok.value}: {problem}", _loc(tok))
+    return ty
+
+
+def size_problem(ty: TensorType) -> str | None:
+    """Why a tensor type is too large to be real (see MAX_DIM, MAX_ELEMENTS), or None."""
+    big = next((d for d in ty.shape if d > MAX_DIM), None)
+    if big is not None:
+        return f"dimension {big} is too large (at most {MAX_DIM})"
+    n = 1
+    for d in ty.shape:
+        n *= d
+    if n > MAX_ELEMENTS:
+        return (f"{n:.3g} elements is too large a tensor (at most 2^40 = {MAX_ELEMENTS:.3g} "
+                f"elements)")
+    return None
 
 
 def _attr_value(tree: Tree) -> Any:
@@ -203,6 +230,10 @@ class _Builder:
                 out_types = infer_types(opdef.name, in_types, attrs)
             except ShapeError as e:
                 raise ShapeError(e.message, loc) from None
+            for ty in out_types:
+                problem = size_problem(ty)
+                if problem:
+                    raise ShapeError(f"{opdef.name} produces {ty}: {problem}", loc)
 
         if len(results) != len(out_types):
             raise TirError(f"{opdef.name} produces {len(out_types)} result"

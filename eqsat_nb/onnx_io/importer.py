@@ -1363,12 +1363,24 @@ def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
     path = Path(path)
     try:
         model = onnx.load(str(path))
-    except FileNotFoundError:
+    except FileNotFoundError as e:
+        if path.is_file():      # the model is there: a file its external data names is not
+            raise TirError(f"cannot read the model's external data: {e.strerror or e}"
+                           + (f" ({e.filename})" if e.filename else ""), file=str(path)) from None
         raise TirError("cannot read file: No such file or directory", file=str(path)) from None
     except OSError as e:
         raise TirError(f"cannot read file: {e.strerror or e}", file=str(path)) from None
     except (DecodeError, RuntimeError, ValueError) as e:
         raise TirError(f"not an ONNX model ({type(e).__name__})", file=str(path)) from None
+    except onnx.checker.ValidationError as e:
+        # onnx refuses the file itself, e.g. external data that points outside the model's folder
+        raise TirError(f"onnx refuses to load this model: {_first_line(e)}",
+                       file=str(path)) from None
+    except MemoryError:
+        raise TirError("not enough memory to load this model", file=str(path)) from None
+    except Exception as e:      # anything else onnx or protobuf raise on a malformed file
+        raise TirError(f"cannot load this ONNX model: {type(e).__name__}: {_first_line(e)}",
+                       file=str(path)) from None
     if not model.HasField("graph"):
         raise TirError("not an ONNX model (no graph)", file=str(path))
     check = True
@@ -1377,6 +1389,11 @@ def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
         try:
             onnx.checker.check_model(str(path))
         except (onnx.checker.ValidationError, ValueError) as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise TirError(f"not a valid ONNX model: {msg}", file=str(path)) from None
+            raise TirError(f"not a valid ONNX model: {_first_line(e)}", file=str(path)) from None
     return import_onnx(model, str(path), dims, check=check, input_shapes=input_shapes)
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type name when it has none)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
