@@ -221,6 +221,8 @@ def fold_model(model: Any, input_dims: Mapping[str, tuple[int, ...]],
             if sum(a.size for a in args if a is not None) > FOLD_MAX:
                 _taint(node, tainted)
                 continue
+            if not _shape_like(node, ins, args, values):
+                continue          # arithmetic on weights: left as the model writes it
             try:
                 res = _evaluate(node, args, opsets)
             except Exception:    # noqa: BLE001 - the reference runtime lacks it or rejects it
@@ -277,6 +279,21 @@ def _symbolic_shapes(model: Any, input_dims: Mapping[str, tuple[int, ...]],
     for t in ig.initializer:
         out.setdefault(t.name, [True] * len(t.dims))
     return out
+
+
+def _shape_like(node: Any, ins: list[str], args: list, values: Mapping[str, Any]) -> bool:
+    """Whether to fold a node whose inputs are all constants: a shape computation (an input is
+    itself folded, e.g. from a Shape), integer/bool arithmetic (index and shape tensors), or
+    scalar arithmetic. Float ops on weights (a Concat of two kernels, a Transpose of a weight)
+    stay as written: the importer maps them, and a model's own weight preparation is kept."""
+    if any(v in values for v in ins if v):
+        return True
+    present = [a for a in args if a is not None]
+    if all(a.size <= 1 for a in present):
+        return True
+    if node.op_type == "ConstantOfShape":
+        return True
+    return all(a.dtype.kind in "biu" for a in present)
 
 
 def _taint(node: Any, tainted: set[str]) -> None:
