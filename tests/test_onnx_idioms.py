@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat_nb.errors import TirError
 from eqsat_nb.onnx_io import import_onnx, read_onnx
 from eqsat_nb.onnx_io.compare import compare, inputs_for
+from eqsat_nb.onnx_io.splice import splice
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)
@@ -49,6 +50,7 @@ def check(m, ops=None, no_opaque=(), rtol=1e-4, atol=1e-5, export=True, **kw):
     r = import_onnx(m, "m.onnx", **kw)
     problems = compare(r, inputs_for(r, high=3), rtol=rtol, atol=atol, export=export)
     assert not problems, problems
+    assert splice(r, r.graph) is None     # round trip: nothing changed, the input comes back
     have = [n.op for n in r.graph.nodes]
     for op in ops or ():
         assert op in have, (op, have)
