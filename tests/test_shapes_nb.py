@@ -234,8 +234,12 @@ def gen_conv2d(data):
         else:
             wt = perturb(data, wt)
     dt = dtype(data)
-    return [T(*x, dtype=dt), T(*wt, dtype=other_dtype(data, dt))], \
-        {"stride": pair(data), "pad": padding(data), "act": act(data)}
+    ins = [T(*x, dtype=dt), T(*wt, dtype=other_dtype(data, dt))]
+    if chance(data, 40):                   # a bias [O], sometimes of the wrong length or rank
+        b = (wt[0],) if not chance(data, 20) else perturb(data, (wt[0],) * draw(
+            data, st.integers(1, 2)))
+        ins.append(T(*b, dtype=other_dtype(data, dt)))
+    return ins, {"stride": pair(data), "pad": padding(data), "act": act(data)}
 
 
 def gen_pool(data):

@@ -130,8 +130,8 @@ def _lower(lw: _Lowering, op: str, a: dict, outs: list[TensorType], opset: int =
         lw.node(simple[op], ins, ["out0"])
     elif op == "matmul":
         _with_act(lw, a["act"], "MatMul", ins, "out0")
-    elif op == "conv2d":
-        x, w = ts
+    elif op == "conv2d":      # an optional bias is Conv's B, fused into the kernel
+        x, w = ts[:2]
         kernel = w.shape[2:]
         _with_act(lw, a["act"], "Conv", ins, "out0", kernel_shape=list(kernel),
                   strides=list(a["stride"]), pads=_onnx_pads(x, kernel, a["stride"], a["pad"]),

@@ -78,15 +78,16 @@ def lower(op: str, a: Mapping[str, Any], input_types: Sequence[TensorType]
         act = acts[a["act"]]
         return lambda x, y: act(torch.matmul(x, y))
     if op == "conv2d":
-        x_t, w_t = input_types
+        x_t, w_t = input_types[:2]
         t, b, l, r = spatial(x_t, w_t.shape[2:], a["stride"], a["pad"])
         groups = conv_groups(x_t, w_t)
         act = acts[a["act"]]
         stride = tuple(a["stride"])
-        if t == b and l == r:
-            return lambda x, w: act(F.conv2d(x, w, stride=stride, padding=(t, l), groups=groups))
-        return lambda x, w: act(F.conv2d(F.pad(x, (l, r, t, b)), w, stride=stride,
-                                         groups=groups))
+        if t == b and l == r:      # bias=None where conv2d has none
+            return lambda x, w, bias=None: act(F.conv2d(x, w, bias, stride=stride,
+                                                        padding=(t, l), groups=groups))
+        return lambda x, w, bias=None: act(F.conv2d(F.pad(x, (l, r, t, b)), w, bias,
+                                                    stride=stride, groups=groups))
     if op in ("relu", "tanh", "sigmoid"):
         return acts[op]
     if op in ("poolmax", "poolavg"):

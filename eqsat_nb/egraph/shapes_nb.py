@@ -65,7 +65,7 @@ _SCHEMA = (
     ("ewadd", 2, 2, ()),
     ("ewmul", 2, 2, ()),
     ("matmul", 2, 2, (("act", A_ACT),)),
-    ("conv2d", 2, 2, (("stride", A_PAIR), ("pad", A_PAD), ("act", A_ACT))),
+    ("conv2d", 2, 3, (("stride", A_PAIR), ("pad", A_PAD), ("act", A_ACT))),
     ("relu", 1, 1, ()),
     ("tanh", 1, 1, ()),
     ("sigmoid", 1, 1, ()),
@@ -336,11 +336,14 @@ def _spatial(x: np.ndarray, kh: int, kw: int, stride: np.ndarray, pad: np.ndarra
 
 
 @njit(cache=True)
-def _conv2d(attrs: np.ndarray, ins: np.ndarray, consts: np.ndarray, out: np.ndarray) -> int:
+def _conv2d(attrs: np.ndarray, ins: np.ndarray, nin: int, consts: np.ndarray,
+            out: np.ndarray) -> int:
     x, w = ins[0], ins[1]
-    if x[1] != 4 or w[1] != 4 or not _same_dtype(ins, 2):
+    if x[1] != 4 or w[1] != 4 or not _same_dtype(ins, nin):
         return 0
     c, o, cg = x[4], w[3], w[4]
+    if nin == 3 and (ins[2, 1] != 1 or ins[2, 3] != o):   # bias: shape [O]
+        return 0
     if cg <= 0 or c % cg != 0:
         return 0
     groups = c // cg                       # inferred, as in TASO
@@ -640,7 +643,7 @@ def infer_row(op: int, attrs: np.ndarray, nattr: int, ins: np.ndarray, nin: int,
     if op == MATMUL:
         return _matmul(ins, out)
     if op == CONV2D:
-        return _conv2d(attrs, ins, consts, out)
+        return _conv2d(attrs, ins, nin, consts, out)
     if op == POOLMAX or op == POOLAVG:
         return _pool(attrs, ins, consts, out)
     if op == TRANSPOSE:

@@ -44,7 +44,7 @@ def _windows(x: Array, a: dict, kernel: tuple[int, int], value: float) -> Array:
     return win[:, :, ::stride[0], ::stride[1]]
 
 
-def conv2d(x: Array, w: Array, a: dict) -> Array:
+def conv2d(x: Array, w: Array, a: dict, b: Array | None = None) -> Array:
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
     g = c // cg
@@ -55,6 +55,8 @@ def conv2d(x: Array, w: Array, a: dict) -> Array:
     wg = w.reshape(g, o // g, cg * kh * kw).transpose(0, 2, 1)
     out = np.matmul(cols, wg)                              # g, NHW, O/g
     out = out.reshape(g, n, ho, wo, o // g).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
+    if b is not None:
+        out = out + b.reshape(o, 1, 1)
     return _ACT[a["act"]](out)
 
 
@@ -136,7 +138,7 @@ _KERNELS: dict[str, Callable[..., Any]] = {
     "ewadd": lambda a, x, y: x + y,
     "ewmul": lambda a, x, y: x * y,
     "matmul": lambda a, x, y: _ACT[a["act"]](np.matmul(x, y)),
-    "conv2d": lambda a, x, w: conv2d(x, w, a),
+    "conv2d": lambda a, x, w, b=None: conv2d(x, w, a, b),
     "relu": lambda a, x: _ACT["relu"](x),
     "tanh": lambda a, x: np.tanh(x),
     "sigmoid": lambda a, x: _ACT["sigmoid"](x),

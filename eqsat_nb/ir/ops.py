@@ -144,12 +144,14 @@ def conv_groups(x: TensorType, w: TensorType) -> int:
 
 
 def _conv2d(ins: list[TensorType], a: dict) -> list[TensorType]:
-    x, w = ins
+    x, w = ins[:2]
     _rank(x, 4, "input")
     _rank(w, 4, "weight")
     _same_dtype(ins)
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
+    if len(ins) == 3 and ins[2].shape != (o,):
+        _fail(f"bias must have shape {o} (the weight's output channels), got {_shape(ins[2])}")
     if cg <= 0 or c % cg:
         _fail(f"input has {c} channels, not a multiple of the weight's {cg} input channels per group")
     groups = c // cg
@@ -346,8 +348,9 @@ def _defs() -> list[OpDef]:
         OpDef("ewmul", (2, 2), (), _elementwise_binary, _numel_out, "x * y, equal shapes"),
         OpDef("matmul", (2, 2), (_ACT,), _matmul, _matmul_flops,
               "(batched) matrix product with a fused activation; batch dims must be equal"),
-        OpDef("conv2d", (2, 2), (_STRIDE, _PAD, _ACT), _conv2d, _conv2d_flops,
-              "NCHW convolution, OIHW weight; groups = C_in / weight dim 1; fused activation"),
+        OpDef("conv2d", (2, 3), (_STRIDE, _PAD, _ACT), _conv2d, _conv2d_flops,
+              "NCHW convolution, OIHW weight, optional bias [O] (ONNX Conv's B); groups = C_in / "
+              "weight dim 1; fused activation, applied after the bias"),
         OpDef("relu", (1, 1), (), _unary, _numel_out, unary.format("max(x, 0)")),
         OpDef("tanh", (1, 1), (), _unary, _numel_out, unary.format("tanh")),
         OpDef("sigmoid", (1, 1), (), _unary, _numel_out, unary.format("logistic sigmoid")),

@@ -173,8 +173,8 @@ class _Writer:
             self.add(_SIMPLE[op], ins, [main])
         elif op == "matmul":
             self.add("MatMul", ins, [main])
-        elif op == "conv2d":
-            x, w = in_t
+        elif op == "conv2d":      # an optional bias is Conv's third input B
+            x, w = in_t[:2]
             self.add("Conv", ins, [main], kernel_shape=list(w.shape[2:]), strides=list(a["stride"]),
                      group=x.shape[1] // w.shape[1],
                      **self.padding(a, x.shape[2:], w.shape[2:]))

@@ -962,16 +962,12 @@ def _conv(imp: _Importer, i: int, node: Any) -> None:
     _need(tuple(at.get("kernel_shape", kernel)) == kernel)
     x, stride, pad = _window_common(imp, node, at, kernel)
     _need(x.shape[1] // w.shape[1] == at.get("group", 1) and x.shape[1] % w.shape[1] == 0)
-    has_bias = len(node.input) == 3 and node.input[2]
-    act, final = imp.fused_act(node) if not has_bias else ("none", None)
-    xv, wv = imp.val(node.input[0], node), imp.val(node.input[1], node)
-    out = imp.type_of(node.output[0], node) if not final else None
-    y = imp.emit("conv2d", [xv, wv], None if has_bias else (final or node.output[0]),
-                 stride=stride, pad=pad, act=act)
-    if has_bias:
-        out = imp.type_of(node.output[0], node)
-        bias = imp.emit("reshape", [imp.val(node.input[2], node)], shape=(out.shape[1], 1, 1))
-        imp.emit("ewadd", [y, imp.emit("broadcast", [bias], shape=out.shape)], node.output[0])
+    ins = [imp.val(node.input[0], node), imp.val(node.input[1], node)]
+    if len(node.input) == 3 and node.input[2]:     # B [M], constant or not: conv2d's bias
+        _need(imp.type_of(node.input[2], node).shape == (w.shape[0],))
+        ins.append(imp.val(node.input[2], node))
+    act, final = imp.fused_act(node)
+    imp.emit("conv2d", ins, final or node.output[0], stride=stride, pad=pad, act=act)
 
 
 def _pool(kind: str) -> Callable:

@@ -291,7 +291,8 @@ class _Splicer:
         has no fused activation and this add is its only use."""
         w = self.writer
         c = self.prod.get(conv)
-        if c is None or c.op != "conv2d" or c.attr["act"] != "none" or conv in self.onnx_name:
+        if (c is None or c.op != "conv2d" or len(c.inputs) != 2 or c.attr["act"] != "none"
+                or conv in self.onnx_name):
             return False
         if len(self.uses.get(conv, ())) != 1 or conv in self.graph.outputs:
             return False
