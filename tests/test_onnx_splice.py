@@ -20,7 +20,7 @@ from onnx import numpy_helper as nh
 from eqsat_nb.cli import main
 from eqsat_nb.ir.parse import parse
 from eqsat_nb.onnx_io import import_onnx, to_onnx
-from eqsat_nb.onnx_io.measure import guard, random_feeds
+from eqsat_nb.onnx_io.measure import random_feeds, time_pair
 from eqsat_nb.onnx_io.splice import rules_for_opset, splice
 from eqsat_nb.onnx_io.zoo import light_models, reseeded
 from eqsat_nb.rules.parse import load_rules
@@ -198,11 +198,28 @@ def test_rules_the_opset_cannot_express_are_left_out_before_the_search():
     assert rules_for_opset(list(rules), 21)[1] == {}
 
 
-def test_guard_keeps_the_input_when_nothing_is_faster():
+def test_guard_times_both_models_alternating():
     m = qkv_model()
-    verdict = guard(m, m, random_feeds(m), budget_s=2.0)
-    assert not verdict.keep and len(verdict.timings) == 2
-    assert all(t.rounds >= 5 for t in verdict.timings)
+    t = time_pair(m, m, random_feeds(m), threads=1, budget_s=1.0)
+    assert t.rounds >= 5 and t.before_ms > 0 and t.after_ms > 0 and t.spread >= 0
+
+
+@pytest.mark.parametrize("ratios, gpu, keep", [
+    ((1.00, 1.00), False, False),     # the same speed: the input stays
+    ((1.005, 1.0), False, False),     # under the 1 % floor
+    ((1.20, 1.00), False, True),      # faster at one thread, not slower at the default count
+    ((1.20, 0.90), False, False),     # slower at the default thread count
+    ((0.99, 1.00), True, True),       # a GPU target within the noise here
+    ((0.95, 1.00), True, False),      # a GPU target measurably slower here
+])
+def test_guard_verdicts(monkeypatch, ratios, gpu, keep):
+    """The guard's decision rule, on given timings (timing itself is not asserted in tests)."""
+    from eqsat_nb.onnx_io import measure
+
+    it = iter(ratios)
+    monkeypatch.setattr(measure, "time_pair", lambda a, b, feeds, threads, budget_s:
+                        measure.Timing(threads, 1.0, 1.0, next(it), 0.005, 9))
+    assert measure.guard(None, None, {}, gpu_target=gpu).keep is keep
 
 
 def _dynamic_qkv() -> onnx.ModelProto:
