@@ -35,6 +35,7 @@ from ..ir.graph import Graph, TensorType
 from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node, implicit_inputs
 from ..ir.shapes import window_pads
 from .exporter import WEIGHTS_KEY
+from .names import unique
 
 DEFAULT_DIM = 1          # size given to a symbolic dimension (e.g. the batch) not named in `dims`
 _SMALL = 4096            # constants up to this many elements take part in shape inference
@@ -129,13 +130,7 @@ class _Importer:
         return TirError(msg, file=self.source)
 
     def reserve(self, onnx_name: str) -> str:
-        base = "%" + (_sanitize(onnx_name) or "v")
-        name, k = base, 1
-        while name in self.used_names:
-            name = f"{base}_{k}"
-            k += 1
-        self.used_names.add(name)
-        return name
+        return unique("%" + (_sanitize(onnx_name) or "v"), self.used_names)
 
     def ssa_for(self, onnx_name: str) -> str:
         """The SSA name an ONNX value gets (reserved once, on first request)."""

@@ -22,6 +22,7 @@ from ..ir.graph import Graph, Node
 from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
 from .exporter import _Writer
 from .importer import OnnxImport
+from .names import unique
 
 Key = tuple
 
@@ -105,13 +106,7 @@ class _Splicer:
 
     # ------------------------------------------------------------------ names
     def fresh(self, base: str) -> str:
-        base = "eqsat/" + base.lstrip("%")
-        name, k = base, 1
-        while name in self.taken:
-            name = f"{base}_{k}"
-            k += 1
-        self.taken.add(name)
-        return name
+        return unique("eqsat/" + base.lstrip("%"), self.taken)
 
     def served(self, v: str, out: Any) -> bool:
         """Is output value `v` the model's own output `out`, unchanged?"""
