@@ -211,6 +211,7 @@ def test_guard_times_both_models_alternating():
     ((1.20, 0.90), False, False),     # slower at the default thread count
     ((0.99, 1.00), True, True),       # a GPU target within the noise here
     ((0.95, 1.00), True, False),      # a GPU target measurably slower here
+    ((0.985, 1.00), True, False),     # a GPU target under the 0.99 floor at one thread
 ])
 def test_guard_verdicts(monkeypatch, ratios, gpu, keep):
     """The guard's decision rule, on given timings (timing itself is not asserted in tests)."""
@@ -282,3 +283,37 @@ def test_a_result_valid_only_at_the_assumed_size_is_not_written(tmp_path, monkey
     reason = json.loads(rep.read_text())["onnx_output"]["reason"]
     assert "input 'input.1' has dims [batch, 50, 64]" in reason
     assert "--input-shape input.1=1x50x64" in reason
+
+
+@pytest.mark.skipif(not ZOO, reason="this onnx wheel ships no model-zoo copies")
+@pytest.mark.parametrize("device", ["cpu", "a100"])
+@pytest.mark.parametrize("path", ZOO, ids=[p.stem for p in ZOO])
+def test_zoo_models_come_back_equal_with_the_same_interface(tmp_path, path, device):
+    """`run M.onnx --onnx OUT.onnx` with the default options (a short measuring budget): exits
+    0, OUT is a valid model with the input's interface, and onnxruntime computes the same."""
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    model = reseeded(path)
+    onnx.save(model, str(src))
+    assert main(["run", str(src), "--onnx", str(out), "-q", "--device", device,
+                 "--measure-time", "3"]) == 0
+    got = onnx.load(str(out))
+    onnx.checker.check_model(got, full_check=True)
+    _same_interface(model, got)
+    _ort_equal(model, got, seeds=(0,))
+
+
+def test_unchanged_model_with_external_data_is_copied_with_its_data(tmp_path):
+    src_dir, out_dir = tmp_path / "in", tmp_path / "out"
+    src_dir.mkdir()
+    out_dir.mkdir()
+    model = conv_sum_model()
+    src = src_dir / "m.onnx"
+    onnx.save_model(model, str(src), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.onnx.data", size_threshold=0)
+    out = out_dir / "o.onnx"
+    (tmp_path / "none.rules").write_text("")          # no rules: nothing can be found
+    assert main(["run", str(src), "--onnx", str(out), "-q", "--rules",
+                 str(tmp_path / "none.rules")]) == 0
+    assert out.read_bytes() == src.read_bytes()
+    assert (out_dir / "m.onnx.data").read_bytes() == (src_dir / "m.onnx.data").read_bytes()
+    _ort_equal(onnx.load(str(src)), onnx.load(str(out)))

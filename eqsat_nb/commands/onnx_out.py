@@ -34,11 +34,14 @@ class OnnxOutcome:
                 "onnxruntime_check": self.onnxruntime_check}
 
 
-def external_files(model_path: Path, model: Any) -> list[str]:
-    """Relative locations of the external data files an ONNX model reads."""
+def external_files(model_path: Path) -> list[str]:
+    """Relative locations of the external data files an ONNX file reads (read from the file:
+    a loaded model has its data inside and no locations any more)."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
     locations = []
-    tensors = list(model.graph.initializer)
-    for t in tensors:
+    for t in model.graph.initializer:
         if t.data_location == 1:          # EXTERNAL
             loc = {e.key: e.value for e in t.external_data}.get("location")
             if loc and loc not in locations:
@@ -53,7 +56,7 @@ def copy_input(src: str, dst: str, model: Any, force: bool) -> None:
     src_p, dst_p = Path(src), Path(dst)
     if src_p.resolve() == dst_p.resolve():
         return
-    for loc in external_files(src_p, model):
+    for loc in external_files(src_p):
         target = dst_p.parent / loc
         source = src_p.parent / loc
         if target.resolve() == source.resolve():

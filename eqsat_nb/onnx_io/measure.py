@@ -17,7 +17,8 @@ import numpy as np
 from ..ir.opaque import ONNX_TO_DTYPE, NP_DTYPES
 
 MIN_GAIN = 0.01          # a speed-up under 1 % is not worth a changed file
-SLOWER_LIMIT = 0.98      # a GPU-targeted result may not run slower than this here
+SLOWER_LIMIT = 0.98      # below this (and beyond the noise) a result counts as slower
+GPU_FLOOR = 0.99         # a GPU-targeted result must run at least this fast here, one thread
 
 
 @dataclass(frozen=True)
@@ -129,13 +130,16 @@ def guard(before: Any, after: Any, feeds: Mapping[str, np.ndarray], gpu_target: 
           budget_s: float = 20.0) -> Guard:
     """Time both models at one thread and at the default thread count. A CPU target keeps the
     optimized model only if it is faster beyond the noise at one thread and not slower at the
-    default count; a GPU target (whose gain cannot be measured here) only if it is not slower
-    beyond the noise at either."""
+    default count; a GPU target (whose gain cannot be measured here) only if it runs at least
+    GPU_FLOOR of the input's speed at one thread and is not slower at the default count."""
     timings = tuple(time_pair(before, after, feeds, threads=n, budget_s=budget_s / 2)
                     for n in (1, 0))
     single, default = timings
     if any(t.slower for t in timings):
         return Guard(False, timings, "the optimized model measured slower in onnxruntime")
+    if gpu_target and single.ratio < GPU_FLOOR:
+        return Guard(False, timings, f"a GPU target, but {single.ratio:.3f}x the input's speed "
+                                     f"in onnxruntime on this CPU (kept only from {GPU_FLOOR})")
     if gpu_target:
         return Guard(True, timings, "not slower in onnxruntime on this CPU (a GPU target: the "
                                     "gain itself is not measured here)")

@@ -187,6 +187,12 @@ class _Splicer:
             else:
                 new_nodes.append(helper.make_node("Identity", [written.get(src, src)], [name]))
         made = {o for n in new_nodes for o in n.output}
+        new_inits = list(writer.inits)
+        if self.model.ir_version < 4:   # IR 3 lists every initializer as a graph input: new
+            consts = [helper.make_node("Constant", [], [t.name], value=t) for t in new_inits
+                      if t.name in {x for n in new_nodes for x in _outer_inputs(n)}]
+            new_nodes = consts + new_nodes          # weights become Constants, inputs stay
+            new_inits = []
         for n in new_nodes:
             if not n.name:
                 n.name = self.fresh(n.op_type)
@@ -198,7 +204,7 @@ class _Splicer:
         needed = {x for n in m.graph.node for x in _outer_inputs(n)} | set(out_names)
         needed |= {i.name for i in self.model.graph.input}     # IR 3: initializers as inputs
         inits = [t for t in self.model.graph.initializer if t.name in needed]
-        inits += [t for t in writer.inits if t.name in needed]
+        inits += [t for t in new_inits if t.name in needed]
         del m.graph.initializer[:]
         m.graph.initializer.extend(inits)
         present = {o for n in m.graph.node for o in n.output} | {i.name for i in m.graph.input}
