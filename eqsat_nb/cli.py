@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return EXIT_ERROR
     except Exception as e:      # a bug: say so in one paragraph rather than a traceback
+        if _interrupted(e):     # Ctrl-C inside a compiled kernel: older Numba reports it as a
+            print("eqsat-nb: interrupted", file=sys.stderr)     # SystemError of the dispatcher
+            return EXIT_INTERRUPTED
         if os.environ.get("EQSAT_NB_TRACEBACK"):
             raise
         text = str(e).strip().splitlines()
@@ -201,6 +204,17 @@ def main(argv: list[str] | None = None) -> int:
               + ". This is a bug in eqsat-nb; please report it with the command and input "
               "(EQSAT_NB_TRACEBACK=1 shows the Python traceback).", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _interrupted(e: BaseException) -> bool:
+    """Was this exception raised on the way out of a KeyboardInterrupt?"""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 if __name__ == "__main__":
