@@ -147,10 +147,12 @@ def test_verification_stops_at_its_deadline():
 
 # ------------------------------------------------------------------ 3. bounded memory
 def _run_measured(args: list[str], cwd: Path) -> tuple[int, str, str, int]:
-    """`eqsat-nb ARGS` in a fresh process: (exit code, stdout, stderr, its peak RSS in bytes)."""
-    code = ("import resource, sys\nfrom eqsat_nb.cli import main\nrc = main(sys.argv[1:])\n"
-            "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
-            "file=sys.stderr)\nsys.exit(rc)\n")
+    """`eqsat-nb ARGS` in a fresh process: (exit code, stdout, stderr, its peak RSS in bytes).
+    The peak is VmHWM, which belongs to the process's own memory: getrusage's ru_maxrss survives
+    exec on Linux and reports the pytest parent's peak when an earlier test used more."""
+    code = ("import sys\nfrom eqsat_nb.cli import main\nrc = main(sys.argv[1:])\n"
+            "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+            "print('MAXRSS', hwm[0], file=sys.stderr)\nsys.exit(rc)\n")
     p = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=ENV,
                        capture_output=True, text=True, timeout=900)
     rss = int(p.stderr.rsplit("MAXRSS", 1)[1].split()[0]) * 1024
