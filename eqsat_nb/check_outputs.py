@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from math import prod
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -170,11 +170,18 @@ def _worst_over_seeds(original: Graph, env: dict, candidate: Callable[[int], Seq
                       stop: Callable[[], None] | None = None) -> Verification:
     """Compare `candidate(seed)` with the interpreter on `original`, keeping each output's
     worst check over the seeds."""
-    names = list(original.outputs)
+    runs = ((run(original, env, seed=seed, check=stop), candidate(seed)) for seed in seeds)
+    return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel)
+
+
+def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], Sequence[Any]]],
+               seeds: Sequence[int], rtol: float = RTOL, atol_rel: float = ATOL_REL
+               ) -> Verification:
+    """Compare each (reference, candidate) pair of output lists, keeping each output's worst
+    check over the runs (one run per seed)."""
     worst: list[OutputCheck | None] = [None] * len(names)
-    for seed in seeds:
-        ref = run(original, env, seed=seed, check=stop)
-        for i, check in enumerate(compare(ref, candidate(seed), names, rtol, atol_rel)):
+    for ref, got in runs:
+        for i, check in enumerate(compare(ref, got, names, rtol, atol_rel)):
             old = worst[i]
             if old is None or (not check.ok, check.worst_excess) > (not old.ok, old.worst_excess):
                 worst[i] = check

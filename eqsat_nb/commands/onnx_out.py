@@ -71,26 +71,16 @@ def copy_input(src: str, dst: str, model: Any, force: bool) -> None:
 
 def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str, np.ndarray]]
                            ) -> tuple[bool, str]:
-    """Both models in onnxruntime on the same inputs; outputs compared by name."""
-    from ..check_outputs import ATOL_REL, RTOL, compare
+    """Both models in onnxruntime on the same inputs (one set per entry of `feeds_list`),
+    outputs compared by name with `check_outputs`' tolerances: (all equal, the summary)."""
+    from ..check_outputs import worst_over
     from ..runtime import session
 
     a, b = session(before), session(after)
     names = [o.name for o in before.graph.output]
-    worst = None
-    for feeds in feeds_list:
-        checks = compare(a.run(names, dict(feeds)), b.run(names, dict(feeds)), names)
-        for c in checks:
-            if worst is None or (not c.ok, c.worst_excess) > (not worst.ok, worst.worst_excess):
-                worst = c
-    if worst is None:
-        return True, "no outputs"
-    text = (f"{len(names)} output{'s' if len(names) != 1 else ''}, {len(feeds_list)} random "
-            f"input set{'s' if len(feeds_list) != 1 else ''}, max |err| = "
-            f"{worst.relative_err:.1e} of max |ref| (rtol {RTOL:g}, atol {ATOL_REL:g}*max|ref|)")
-    if not worst.ok:
-        text += f"; MISMATCH in {worst.name}"
-    return worst.ok, text
+    runs = ((a.run(names, dict(f)), b.run(names, dict(f))) for f in feeds_list)
+    v = worst_over(names, runs, tuple(range(len(feeds_list))))
+    return v.ok, v.summary()
 
 
 def import_shapes(imp: Any) -> dict[str, tuple[int, ...]]:

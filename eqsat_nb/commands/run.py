@@ -259,8 +259,9 @@ def run_command(args: argparse.Namespace) -> int:
     rules = load_rules(args.rules or None)
     dropped: dict[str, str] = {}
     if imp is not None and args.onnx:     # only rewrites the model's opset can express
-        from ..onnx_io.splice import model_opset, rules_for_opset
-        rules, dropped = rules_for_opset(list(rules), model_opset(imp.model))
+        from ..onnx_io.importer import default_opset
+        from ..onnx_io.splice import rules_for_opset
+        rules, dropped = rules_for_opset(list(rules), default_opset(imp.model))
     load_s = time.perf_counter() - t
     cost_model = cost_model_from_args(args)
     result, check = optimize_and_verify(graph, weights, cost_model, rules, args, budget)
@@ -272,8 +273,7 @@ def run_command(args: argparse.Namespace) -> int:
         from .onnx_out import write_onnx_result
         if args.measure is None:
             args.measure = True
-        if args.time_limit and args.time_limit != DEFAULT_LIMITS.time_limit:
-            args.measure_time = max(2.0, min(args.measure_time, budget.left()))
+        args.measure_time = max(2.0, min(args.measure_time, budget.left()))
         t = time.perf_counter()
         gpu = args.cost in ("trt", "torch") or (args.device or "cpu") not in ("cpu",
                                                                                 "cpu-calibrated")

@@ -74,7 +74,7 @@ class _Importer:
         self.input_shapes = dict(input_shapes or {})
         g = model.graph
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
-        self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
+        self.opset = default_opset(model)
         self.consts: dict[str, _Const] = {}
         self.const_alias: dict[str, str] = {}    # Identity of a constant → the constant
         self.types: dict[str, TensorType] = {}
@@ -741,6 +741,12 @@ class _Importer:
             return "none", None
         self.skip.add(k)
         return act, nxt.output[0]
+
+
+def default_opset(model: Any) -> int:
+    """The model's default-domain opset (imported as "" or, equally, "ai.onnx")."""
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    return opsets.get("", opsets.get("ai.onnx", 1))
 
 
 def _np_elem(arr: np.ndarray, name: str, imp: _Importer, node: Any) -> int:

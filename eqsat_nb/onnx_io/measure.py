@@ -66,9 +66,7 @@ def random_feeds(model: Any, dims: Mapping[str, int] | None = None, seed: int = 
         dtype = NP_DTYPES[ONNX_TO_DTYPE.get(tt.elem_type, "f32")]
         if np.dtype(dtype).kind == "f":
             feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
-        elif np.dtype(dtype).kind == "b":
-            feeds[vi.name] = rng.integers(0, 2, shape).astype(dtype)
-        else:
+        else:                         # ints and bools: 0/1, valid as indices and masks
             feeds[vi.name] = rng.integers(0, 2, shape).astype(dtype)
     return feeds
 

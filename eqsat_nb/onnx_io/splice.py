@@ -21,7 +21,7 @@ from ..errors import TirError
 from ..ir.graph import Graph, Node
 from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
 from .exporter import _Writer
-from .importer import OnnxImport
+from .importer import OnnxImport, default_opset
 from .names import unique
 
 Key = tuple
@@ -71,17 +71,13 @@ def _all_names(model: Any) -> set[str]:
     return names
 
 
-def model_opset(model: Any) -> int:
-    return {o.domain or "": o.version for o in model.opset_import}.get("", 1)
-
-
 class _Splicer:
     def __init__(self, imp: OnnxImport, optimized: Graph, weights: Mapping[str, np.ndarray]):
         self.imp = imp
         self.model = imp.model
         self.graph = optimized
         self.weights = weights
-        self.opset = model_opset(self.model)
+        self.opset = default_opset(self.model)
         ids: dict[Key, int] = {}
         self.orig_keys = orig_keys = value_keys(imp.graph, ids)
         named: dict[int, str] = {}
@@ -102,7 +98,6 @@ class _Splicer:
                 self.onnx_name[v] = named[k]
         self.taken = _all_names(self.model)
         self.producer = producer
-        self.counter = 0
 
     # ------------------------------------------------------------------ names
     def fresh(self, base: str) -> str:
@@ -158,8 +153,7 @@ class _Splicer:
             else:
                 self.full(v)
                 sources.append(writer.name[v])
-        new_nodes = list(writer.nodes)
-        new_nodes = _live(new_nodes, set(sources))
+        new_nodes = _live(list(writer.nodes), set(sources))
         read = {x for n in new_nodes for x in _outer_inputs(n)} | set(sources)
         made = {o for n in new_nodes for o in n.output}
         keep = self.original_closure(read - made)
