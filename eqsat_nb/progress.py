@@ -58,3 +58,50 @@ class Progress:
         if self.tty and self._drawn and not self.quiet:
             self.stream.write("\r\x1b[2K")
             self.stream.flush()
+
+
+class CompileNotice:
+    """While Numba compiles kernels (a first run, or after an upgrade: tens of seconds), say so on
+    the progress line, so a user does not take the wait for the search. A daemon thread polls
+    the compilation tracker (`search.limits.track_compilation`, which must be on); loading
+    compiled kernels from the cache is not compilation and shows nothing."""
+
+    def __init__(self, quiet: bool = False, stream: TextIO | None = None,
+                 after: float = 0.5, poll: float = 0.25) -> None:
+        self.quiet, self.after, self.poll = quiet, after, poll
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._stop = None
+        self.shown = False
+
+    def __enter__(self) -> "CompileNotice":
+        if not self.quiet:
+            import threading
+
+            from .search.limits import track_compilation
+            track_compilation()
+            self._stop = threading.Event()
+            threading.Thread(target=self._watch, name="eqsat-nb compile notice",
+                             daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    def _watch(self) -> None:
+        from .search.limits import compile_seconds, compiling_for
+        last = -1e9
+        while not self._stop.wait(self.poll):
+            running = compiling_for()
+            if running < self.after:
+                continue
+            now = time.perf_counter()
+            if not self.tty and now - last < 10.0:   # logs: one line per 10 s at most
+                continue
+            last = now
+            text = (f"compiling kernels (first run only; cached afterwards)  "
+                    f"{compile_seconds():6.1f} s")
+            self.stream.write(("\r\x1b[2K" + text) if self.tty else text + "\n")
+            self.stream.flush()
+            self.shown = True

@@ -98,7 +98,7 @@ def test_saturated_models_stay_equivalent(model, tensat_rules):
     # the original graph is still there
     assert egraph_to_graph(eg, original_choice(eg)) == cse(graph)
     # acyclic over unfiltered nodes
-    cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+    cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES), 0)
     found = np.full(4, -1, np.int64)
     heights(cstart, cnodes, eg.nodes, eg.children, eg.classes, found)
     assert found[0] == -1
@@ -133,7 +133,7 @@ def test_cycle_mask_equals_the_per_pair_search(model):
 
     eg = graph_to_egraph(load(ROOT / "ir_examples" / f"{model}.tir"))
     saturate(eg, load_rules(ROOT / "rules"), Limits(node_limit=3000, iter_limit=3))
-    cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+    cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES), 0)
     height = heights(cstart, cnodes, eg.nodes, eg.children, eg.classes, np.full(8, -1, np.int64))
     parent = eg.classes[C_PARENT]
     live = np.flatnonzero(np.diff(cstart) > 0)

@@ -318,7 +318,7 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     import dataclasses
 
     from ..optimize import optimize
-    from ..progress import Progress
+    from ..progress import CompileNotice, Progress
 
     options = options_from_args(args)
     seeds = tuple(range(args.seed, args.seed + args.verify_seeds))
@@ -329,7 +329,7 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
         options = dataclasses.replace(options, budget=budget, reserve=reserve)
     total = options.limits.iter_limit if options.search == "saturate" else None
     with Progress(f"{Path(args.model).name}: {options.search}", total,
-                  quiet=args.quiet) as bar:
+                  quiet=args.quiet) as bar, CompileNotice(quiet=args.quiet):
         result = optimize(
             graph, cost_model, rules, options,
             on_iteration=lambda it: bar.update(it.index, f"{it.nodes} nodes, "

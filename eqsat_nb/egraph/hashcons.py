@@ -106,7 +106,7 @@ def leaf_classes(table: np.ndarray, nodes: np.ndarray, children: np.ndarray,
     out = np.empty(payloads.size, np.int64)
     ch = np.empty(0, np.int32)
     for i in range(payloads.size):
-        m = find_key(table, nodes, children, op, payloads[i], ch, 0)
+        m = find_key(table, nodes, children, op, payloads[i], ch, np.int64(0))
         out[i] = -1 if m < 0 else find_cls(classes, nodes[N_CLS, m])
     return out
 
@@ -139,7 +139,7 @@ def _probe(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, 
 @njit(cache=True, inline="always")
 def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> int:
     """The node with n's key if one is stored; otherwise store n and return -1."""
-    h = np.int64(node_hash(nodes, children, n) & np.uint64(LOW32))
+    h = np.int64(node_hash(nodes, children, np.int64(n)) & np.uint64(LOW32))
     m, slot = _probe(table, nodes, children, nodes[N_OP, n], nodes[N_PAYLOAD, n], n, h)
     if m < 0:
         table[slot] = (h << 32) | n
@@ -150,7 +150,7 @@ def lookup_or_insert(table: np.ndarray, nodes: np.ndarray, children: np.ndarray,
 def remove(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -> bool:
     """Remove node n (hashed by its current columns); shift later entries back to fill the gap."""
     mask = table.size - 1
-    want = (np.int64(node_hash(nodes, children, n) & np.uint64(LOW32)) << 32) | n
+    want = (np.int64(node_hash(nodes, children, np.int64(n)) & np.uint64(LOW32)) << 32) | n
     i = _entry_hash(want) & mask
     while table[i] != want:
         if table[i] == EMPTY:

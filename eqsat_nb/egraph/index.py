@@ -7,19 +7,20 @@ import numpy as np
 from numba import njit
 
 from .layout import C_PARENT, F_DEAD, F_FILTERED, N_CLS, N_EPOCH, N_FLAGS, N_OP
+from .sort import stable_order
 from .unionfind import find
 
 
 @njit(cache=True)
 def build_index(nodes: np.ndarray, classes: np.ndarray, n_nodes: int, n_ops: int,
-                since: int = 0):
+                since: int):
     """Returns (cstart, cnodes, ostart, oclasses):
     cnodes[cstart[c]:cstart[c + 1]] are the live nodes of canonical class c, sorted by op, and
     within an op those with N_EPOCH >= since (all when since <= 0) first, then by id;
     oclasses[ostart[o]:ostart[o + 1]] are the classes holding at least one node of op o."""
     parent = classes[C_PARENT]
     keys = np.empty(n_nodes, np.int64)
-    live = 0
+    live = np.int64(0)
     for n in range(n_nodes):
         if nodes[N_FLAGS, n] & (F_DEAD | F_FILTERED):
             continue
@@ -27,9 +28,12 @@ def build_index(nodes: np.ndarray, classes: np.ndarray, n_nodes: int, n_ops: int
         old = 1 if since > 0 and nodes[N_EPOCH, n] < since else 0
         keys[live] = ((np.int64(c) * n_ops + nodes[N_OP, n]) * 2 + old) * (n_nodes + 1) + n
         live += 1
-    keys = np.sort(keys[:live])
-    for i in range(live):                 # drop the freshness bit: (group, node) as before
-        keys[i] = (keys[i] // (2 * (n_nodes + 1))) * (n_nodes + 1) + keys[i] % (n_nodes + 1)
+    order = stable_order(keys, live)
+    unsorted = keys
+    keys = np.empty(live, np.int64)
+    for i in range(live):                 # sorted, without the freshness bit: (group, node)
+        k = unsorted[order[i]]
+        keys[i] = (k // (2 * (n_nodes + 1))) * (n_nodes + 1) + k % (n_nodes + 1)
     cnodes = np.empty(live, np.int32)
     cstart = np.zeros(n_nodes + 1, np.int32)
     ocount = np.zeros(n_ops + 1, np.int32)

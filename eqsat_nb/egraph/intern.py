@@ -31,7 +31,8 @@ def intern_row(rows: np.ndarray, table: np.ndarray, count: np.ndarray, row: np.n
         rid = table[slot]
         if rid == EMPTY:
             rid = count[0]
-            rows[rid, :] = row
+            for i in range(row.size):
+                rows[rid, i] = row[i]
             table[slot] = rid
             count[0] = rid + 1
             return rid

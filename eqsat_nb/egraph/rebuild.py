@@ -104,7 +104,7 @@ def _settle(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
             if union(nodes, classes, uses, pending, meta, nodes[N_CLS, m], nodes[N_CLS, p]) < 0:
                 return False
     pc = find_cls(classes, nodes[N_CLS, p])
-    if classes[C_CONST, pc] == 0 and _all_children_const(nodes, children, classes, op_kind, p):
+    if classes[C_CONST, pc] == 0 and _all_children_const(nodes, children, classes, op_kind, np.int64(p)):
         classes[C_CONST, pc] = 1
         pending[meta[M_PENDING]] = pc
         meta[M_PENDING] += 1

@@ -252,13 +252,13 @@ def _attr_ok(code: int, row: np.ndarray, consts: np.ndarray) -> bool:
         return kind == K_INTS and row[1] == 2 and row[2] > 0 and row[3] > 0
     if code == A_PAD:
         if kind == K_STR:
-            return _is_str(row, consts, S_SAME, S_VALID + 1)
+            return _is_str(row, consts, np.int64(S_SAME), np.int64(S_VALID + 1))
         return kind == K_INTS and row[1] == 4 and row[2] >= 0 and row[3] >= 0 and \
             row[4] >= 0 and row[5] >= 0
     if code == A_ACT:
-        return _is_str(row, consts, S_NONE, S_TANH + 1)
+        return _is_str(row, consts, np.int64(S_NONE), np.int64(S_TANH + 1))
     if code == A_DTYPE:
-        return _is_str(row, consts, S_DTYPE0, consts.size)
+        return _is_str(row, consts, np.int64(S_DTYPE0), consts.size)
     return False
 
 
@@ -283,7 +283,7 @@ def _leaf(attrs: np.ndarray, consts: np.ndarray, out: np.ndarray) -> int:
 
 @njit(cache=True)
 def _ew_binary(ins: np.ndarray, out: np.ndarray) -> int:
-    if not _same_shape(ins[0], ins[1]) or not _same_dtype(ins, 2):
+    if not _same_shape(ins[0], ins[1]) or not _same_dtype(ins, np.int64(2)):
         return 0
     return _copy_type(ins[0], out)
 
@@ -292,7 +292,7 @@ def _ew_binary(ins: np.ndarray, out: np.ndarray) -> int:
 def _matmul(ins: np.ndarray, out: np.ndarray) -> int:
     x, y = ins[0], ins[1]
     r = x[1]
-    if not _same_dtype(ins, 2) or r < 2 or y[1] != r:
+    if not _same_dtype(ins, np.int64(2)) or r < 2 or y[1] != r:
         return 0
     for i in range(r - 2):
         if x[3 + i] != y[3 + i]:
@@ -326,11 +326,11 @@ def _window(size: int, kernel: int, stride: int, pad: np.ndarray, before: int, a
 def _spatial(x: np.ndarray, kh: int, kw: int, stride: np.ndarray, pad: np.ndarray, c: int,
              consts: np.ndarray, out: np.ndarray) -> int:
     """out := (x.N, c, Ho, Wo) for a 2-D window over NCHW x; 0 when it does not fit."""
-    ho = _window(x[5], kh, stride[2], pad, 0, 2, consts)     # pads are [top, left, bottom, right]
-    wo = _window(x[6], kw, stride[3], pad, 1, 3, consts)
+    ho = _window(x[5], kh, stride[2], pad, np.int64(0), np.int64(2), consts)     # pads are [top, left, bottom, right]
+    wo = _window(x[6], kw, stride[3], pad, np.int64(1), np.int64(3), consts)
     if ho <= 0 or wo <= 0:
         return 0
-    _start_type(out, x[2], 4)
+    _start_type(out, x[2], np.int64(4))
     out[3], out[4], out[5], out[6] = x[3], c, ho, wo
     return 1
 
@@ -504,7 +504,7 @@ def _reshape(shape: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
 @njit(cache=True)
 def _batchnorm(ins: np.ndarray, out: np.ndarray) -> int:
     x = ins[0]
-    if x[1] < 2 or not _same_dtype(ins, 5):
+    if x[1] < 2 or not _same_dtype(ins, np.int64(5)):
         return 0
     for k in range(1, 5):                  # scale, bias, mean, var: shape (channels,)
         if ins[k, 1] != 1 or ins[k, 3] != x[4]:
@@ -524,7 +524,7 @@ def _layernorm(axis_row: np.ndarray, ins: np.ndarray, out: np.ndarray) -> int:
     x = ins[0]
     r = x[1]
     axis = _norm_axis(axis_row[2], r)
-    if axis < 0 or not _same_dtype(ins, 3):
+    if axis < 0 or not _same_dtype(ins, np.int64(3)):
         return 0
     for k in range(1, 3):                  # gamma, beta: shape x.shape[axis:]
         p = ins[k]
@@ -546,7 +546,7 @@ def _reduce_mean(axes: np.ndarray, keepdims: np.ndarray, x: np.ndarray, out: np.
             return 0
         mask |= 1 << i
     keep = keepdims[2] != 0
-    _start_type(out, x[2], 0)
+    _start_type(out, x[2], np.int64(0))
     rank = 0
     for i in range(r):
         if (mask >> i) & 1:
@@ -665,7 +665,7 @@ def infer_row(op: int, attrs: np.ndarray, nattr: int, ins: np.ndarray, nin: int,
     if op == RESHAPE:
         return _reshape(attrs[0], ins[0], out)
     if op == NOOP:
-        _start_type(out, ins[0, 2], 0)
+        _start_type(out, ins[0, 2], np.int64(0))
         return 1
     if op == BATCHNORM:
         return _batchnorm(ins, out)

@@ -352,11 +352,13 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
                 bc = total
                 bi = i
                 if use_bits:
-                    btmp[:] = tmp
+                    for w in range(W):
+                        btmp[w] = tmp[w]
                     best_cnt = n_add
                 else:
                     best_len = ln
-                    bestl[:ln] = tmpl[:ln]
+                    for q in range(ln):
+                        bestl[q] = tmpl[q]
         if bi < 0:
             continue
         tol = 1e-9 * max(1.0, abs(cost[c]))
@@ -369,7 +371,8 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
         own[c] = node_cost[bi]
         if use_bits:
             btmp[cw] |= one << cb
-            bits[c, :] = btmp
+            for w in range(W):
+                bits[c, w] = btmp[w]
             cnt[c] = best_cnt + 1
             tot[c] = bc         # node_cost[bi] + the union's sum (which does not hold c)
             tep[c] = epoch
@@ -385,13 +388,15 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
                 for k in range(C):
                     if k != c and set_len[k] > 0:
                         s = set_start[k]
-                        npool[used:used + set_len[k]] = pool[s:s + set_len[k]]
+                        for q in range(set_len[k]):
+                            npool[used + q] = pool[s + q]
                         set_start[k] = used
                         used += set_len[k]
                 pool = npool
                 pool_used = used
             set_start[c] = pool_used
-            pool[pool_used:pool_used + best_len] = bestl[:best_len]
+            for q in range(best_len):
+                pool[pool_used + q] = bestl[q]
             pool[pool_used + best_len] = c
             set_len[c] = need
             pool_used += need

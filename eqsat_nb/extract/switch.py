@@ -107,7 +107,8 @@ def _switch(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarr
             cost, st, state = _walk(node_class, node_cost, child_start, child_class, roots,
                                     trial, n_classes)
             if st == 0 and cost < best - EPS:
-                cur[:] = trial
+                for q in range(cur.size):
+                    cur[q] = trial[q]
                 best, reach, improved = cost, state == 2, True
             else:
                 for j in range(g_start[g], g_start[g + 1]):

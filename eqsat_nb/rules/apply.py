@@ -529,8 +529,8 @@ def _apply_rows(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, us
                         else:
                             _class_row(classes, nodes, lit_rows, slot_class[child], rows[child])
                         ready[child] = True
-                nattr = 0
-                nin = 0
+                nattr = np.int64(0)     # not a literal 0, which would compile infer_row twice
+                nin = np.int64(0)
                 for j in range(nch):
                     child = build[s, 4 + j]
                     if slot_tid[child] == T_LIT:
@@ -567,21 +567,22 @@ def _apply_rows(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, us
             stats[2] += 1
             continue
         # pass 2: add literals and nodes, then merge each source root with its target
-        for s in range(k):
+        for s in range(k):              # one add_node call site: each is a large inlined body
             kind = build[s, 0]
             if kind == B_EXPR:
-                lid = intern_row(lit_rows, lit_table, lit_count, rows[s])
-                slot_class[s] = add_node(nodes, children, classes, uses, table, meta, op_kind,
-                                         LIT, lid, kids, 0, T_LIT)
+                op, nch, tid = LIT, 0, T_LIT
+                payload = intern_row(lit_rows, lit_table, lit_count, rows[s])
             elif kind == B_NODE:
-                nch = build[s, 2]
+                op, payload, nch, tid = build[s, 1], -1, build[s, 2], slot_tid[s]
                 for j in range(nch):
                     kids[j] = slot_class[build[s, 4 + j]]
-                c = add_node(nodes, children, classes, uses, table, meta, op_kind, build[s, 1],
-                             -1, kids, nch, slot_tid[s])
-                if c < 0:
-                    return -1
-                slot_class[s] = c
+            else:
+                continue
+            c = add_node(nodes, children, classes, uses, table, meta, op_kind, op, payload, kids,
+                         nch, tid)
+            if c < 0:
+                return -1
+            slot_class[s] = c
         for i in range(n_src):
             a = find(parent, matches[m, i])
             b = find(parent, slot_class[targets[i]])

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from ..egraph.sort import stable_order
 from .pattern import Lit, PNode, Pattern, Var
 
 
@@ -35,8 +36,8 @@ def join_pairs(a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray, dro
     With no shared columns every pair joins (bounded by `limit`)."""
     ka = _row_keys(a, ca)
     kb = _row_keys(b, cb)
-    oa = np.argsort(ka)
-    ob = np.argsort(kb)
+    oa = stable_order(ka, ka.size)
+    ob = stable_order(kb, kb.size)
     out = np.empty((min(limit, 1024), 2), np.int64)
     n = 0
     j0 = 0
@@ -63,7 +64,9 @@ def join_pairs(a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray, dro
                 if n >= limit:
                     return out[:n]
                 grown = np.empty((min(2 * n, limit), 2), np.int64)
-                grown[:n] = out[:n]
+                for r in range(n):
+                    grown[r, 0] = out[r, 0]
+                    grown[r, 1] = out[r, 1]
                 out = grown
             out[n, 0] = i
             out[n, 1] = j

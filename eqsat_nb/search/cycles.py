@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from ..egraph.layout import C_PARENT, F_FILTERED, MAXA, N_FLAGS, N_NCH
+from ..egraph.sort import stable_order
 from ..egraph.unionfind import find
 
 
@@ -141,7 +142,10 @@ def _parent_classes(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray,
                 kids[m] = find(parent, children[node, k])
                 owners[m] = c
                 m += 1
-    pcls = owners[:m][np.argsort(kids[:m], kind="mergesort")]
+    order = stable_order(kids, m)
+    pcls = np.empty(m, np.int64)
+    for i in range(m):
+        pcls[i] = owners[order[i]]
     pstart = np.zeros(n + 1, np.int64)
     for i in range(m):
         pstart[kids[i] + 1] += 1
@@ -176,7 +180,7 @@ def cycle_mask(matches: np.ndarray, n_roots: int, var_cols: np.ndarray, height: 
     for r in range(n_roots):
         for i in range(m):
             roots[i] = find(parent, matches[i, r])
-        order = np.argsort(roots, kind="mergesort")
+        order = stable_order(roots, m)
         current = -1
         marked = False
         for j in range(m):

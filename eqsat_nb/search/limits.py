@@ -40,6 +40,12 @@ def compile_seconds() -> float:
     return c["total"] + running
 
 
+def compiling_for() -> float:
+    """Seconds the Numba compilation in progress has been running (0 when none is)."""
+    c = _compiling
+    return time.perf_counter() - c["since"] if c["depth"] else 0.0
+
+
 def work_clock() -> float:
     """`time.perf_counter()` less the Numba compilation time (see above)."""
     return time.perf_counter() - compile_seconds()

@@ -213,7 +213,7 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     t3 = time.perf_counter()
     n_filtered = 0
     if limits.filter_cycles:
-        cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES))
+        cstart, cnodes, _, _ = build_index(eg.nodes, eg.classes, eg.num_nodes, len(EOP_NAMES), 0)
         found = np.full(4096, -1, np.int64)
         heights(cstart, cnodes, eg.nodes, eg.children, eg.classes, found)
         n_filtered = int(np.sum(found >= 0))
