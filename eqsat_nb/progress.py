@@ -94,7 +94,7 @@ class CompileNotice:
         last = -1e9
         while not self._stop.wait(self.poll):
             running = compiling_for()
-            if running < self.after:
+            if running <= 0.0 or running < self.after:
                 continue
             now = time.perf_counter()
             if not self.tty and now - last < 10.0:   # logs: one line per 10 s at most

@@ -228,9 +228,10 @@ def headline(path: Path) -> str:
     if egg:
         lines.append("- eqsat-nb / egglog run time, same workload, same run: "
                      + ", ".join(f"{k} {v}" for k, v in egg.items()))
-    item("cold start (empty Numba cache: import + compile every kernel)",
-         "test_compile.py::test_cold_start_compile")
-    item("warm start (fresh process, kernels from the cache)", "test_compile.py::test_warm_start")
+    item("cold `run nasrnn.tir --device a100` (empty Numba cache: compile every kernel it needs)",
+         "test_compile.py::test_cold_run_nasrnn")
+    item("warm `run nasrnn.tir --device a100` (fresh process, kernels from the cache)",
+         "test_compile.py::test_warm_run_nasrnn")
     return "\n".join(lines)
 
 

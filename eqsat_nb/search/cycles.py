@@ -142,7 +142,7 @@ def _parent_classes(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray,
                 kids[m] = find(parent, children[node, k])
                 owners[m] = c
                 m += 1
-    order = stable_order(kids, m)
+    order = stable_order(kids, np.int64(m))
     pcls = np.empty(m, np.int64)
     for i in range(m):
         pcls[i] = owners[order[i]]
