@@ -351,7 +351,6 @@ def _prefetch_keys(build: np.ndarray, leaf: np.ndarray, matches: np.ndarray, m: 
         prefetch(table, h & mask)
 
 
-@njit(cache=True)
 def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
                   table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
                   lit_rows: np.ndarray, lit_table: np.ndarray, lit_count: np.ndarray,
@@ -366,7 +365,11 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
     stats[4] pairs already in `unions`, and stops early, returning -2 with stats[3:5] updated, when
     the node, parent-list, hash-cons or literal arrays lack room for one more match (the caller
     grows them and calls again). Returns the number of pairs, or -1 on a type conflict
-    (meta[M_ERR])."""
+    (meta[M_ERR]).
+
+    The workspace is allocated here, in Python, not in a compiled wrapper: a wrapper kernel
+    would link the whole application kernel into its own module, and LLVM would optimize and
+    emit all of it a second time on a first run."""
     k = build.shape[0]
     leaf = _leaf_slots(build)
     return _apply_rows(nodes, children, classes, uses, table, pending, meta, op_kind, lit_rows,

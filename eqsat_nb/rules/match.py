@@ -15,7 +15,6 @@ from ..egraph.unionfind import find
 from .compile import BIND, EQ, LIT, Program
 
 
-@njit(cache=True)
 def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.ndarray,
                 cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
                 classes: np.ndarray, since: int, out: np.ndarray, new_first: bool,
@@ -28,7 +27,9 @@ def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.nd
     new ones only when the match has no new node yet.
     Returns (rows written in all, the root index to resume at, the rows written before that
     root's): the root index is roots.size when every root was matched, else `out` filled up
-    while matching it (resume there with a larger `out` holding the rows before it)."""
+    while matching it (resume there with a larger `out` holding the rows before it).
+    (A Python wrapper: a compiled one would make LLVM optimize the matcher twice on a first
+    run.)"""
     return _run_program(code, var_regs, roots, cstart, cnodes, nodes, children, classes, since,
                         out, new_first, count, first_root, np.empty(nregs, np.int32),
                         np.empty(code.shape[0], np.int32), np.empty(code.shape[0], np.int32))
