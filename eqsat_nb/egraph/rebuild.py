@@ -111,7 +111,7 @@ def _settle(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
     return True
 
 
-@njit(cache=True, _nrt=False, inline="always")   # one call site: see rebuild
+@njit(cache=True, _nrt=False)
 def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
             table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
             c: int) -> bool:
@@ -159,7 +159,7 @@ def _repair(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: 
     return True
 
 
-@njit(cache=True, _nrt=False, inline="always")   # one call site: see rebuild
+@njit(cache=True, _nrt=False)
 def _recanonicalize_all(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray,
                         uses: np.ndarray, table: np.ndarray, pending: np.ndarray, meta: np.ndarray,
                         op_kind: np.ndarray) -> bool:

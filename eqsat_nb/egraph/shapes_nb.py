@@ -32,9 +32,9 @@ difference (an op added, removed, reordered, an attribute renamed, moved or re-k
 port can never run silently. Values that depend on a Literals instance (string ids) come in at
 run time in `consts` (see `shape_consts`).
 
-Compile time. The helpers below are inlined into `infer_row` and `infer_proj` (inline="always"):
-as functions of their own, each would be compiled, optimized and emitted by LLVM once for itself
-and again in every kernel that links it, which made this file a fifth of a first run's wait.
+Compile time. The helpers stay functions of their own: inlined (inline="always") into
+`infer_row` they made its type inference slower than compiling each once (measured: a first run
+of nasrnn took 40 and 37 CPU seconds with them apart, 57 and 44 inlined, alternating).
 """
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def shape_consts(lits: Literals) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------- row helpers
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _start_type(out: np.ndarray, dtype: int, rank: int) -> None:
     """out := a type row header with all dims (and the tail) zero."""
     for i in range(out.size):
@@ -181,7 +181,7 @@ def _start_type(out: np.ndarray, dtype: int, rank: int) -> None:
     out[2] = dtype
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _copy_type(t: np.ndarray, out: np.ndarray) -> int:
     _start_type(out, t[2], t[1])
     for i in range(t[1]):
@@ -189,12 +189,12 @@ def _copy_type(t: np.ndarray, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _type_ok(t: np.ndarray, ndtypes: int, width: int) -> bool:
     return t[0] == K_TYPE and 0 <= t[1] <= width - 3 and 0 <= t[2] < ndtypes
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _same_shape(a: np.ndarray, b: np.ndarray) -> bool:
     if a[1] != b[1]:
         return False
@@ -204,7 +204,7 @@ def _same_shape(a: np.ndarray, b: np.ndarray) -> bool:
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _same_dtype(ins: np.ndarray, nin: int) -> bool:
     for k in range(1, nin):
         if ins[k, 2] != ins[0, 2]:
@@ -212,7 +212,7 @@ def _same_dtype(ins: np.ndarray, nin: int) -> bool:
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _norm_axis(axis: int, rank: int) -> int:
     """shapes.normalize_axis, or -1 when out of range."""
     if -rank <= axis < rank:
@@ -220,14 +220,14 @@ def _norm_axis(axis: int, rank: int) -> int:
     return -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _gcd(a: int, b: int) -> int:
     while b != 0:
         a, b = b, a % b
     return a
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _is_str(row: np.ndarray, consts: np.ndarray, lo: int, hi: int) -> bool:
     """row is a K_STR whose string id is one of consts[lo:hi]."""
     if row[0] != K_STR:
@@ -238,7 +238,7 @@ def _is_str(row: np.ndarray, consts: np.ndarray, lo: int, hi: int) -> bool:
     return False
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _attr_ok(code: int, row: np.ndarray, consts: np.ndarray) -> bool:
     """normalize_attrs's checks on one encoded attribute value (kind and value)."""
     kind = row[0]
@@ -268,7 +268,7 @@ def _attr_ok(code: int, row: np.ndarray, consts: np.ndarray) -> bool:
 
 # ----------------------------------------------------------------------------------- op families
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _leaf(attrs: np.ndarray, consts: np.ndarray, out: np.ndarray) -> int:
     shape, dt = attrs[1], attrs[2]
     rank = shape[1]
@@ -285,14 +285,14 @@ def _leaf(attrs: np.ndarray, consts: np.ndarray, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _ew_binary(ins: np.ndarray, out: np.ndarray) -> int:
     if not _same_shape(ins[0], ins[1]) or not _same_dtype(ins, np.int64(2)):
         return 0
     return _copy_type(ins[0], out)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _matmul(ins: np.ndarray, out: np.ndarray) -> int:
     x, y = ins[0], ins[1]
     r = x[1]
@@ -308,7 +308,7 @@ def _matmul(ins: np.ndarray, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _window(size: int, kernel: int, stride: int, pad: np.ndarray, before: int, after: int,
             consts: np.ndarray) -> int:
     """shapes.window_out: output length along one axis; pad is the padding attribute row and
@@ -326,7 +326,7 @@ def _window(size: int, kernel: int, stride: int, pad: np.ndarray, before: int, a
     return (size + pb + pa - kernel) // stride + 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _spatial(x: np.ndarray, kh: int, kw: int, stride: np.ndarray, pad: np.ndarray, c: int,
              consts: np.ndarray, out: np.ndarray) -> int:
     """out := (x.N, c, Ho, Wo) for a 2-D window over NCHW x; 0 when it does not fit."""
@@ -339,7 +339,7 @@ def _spatial(x: np.ndarray, kh: int, kw: int, stride: np.ndarray, pad: np.ndarra
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _conv2d(attrs: np.ndarray, ins: np.ndarray, nin: int, consts: np.ndarray,
             out: np.ndarray) -> int:
     x, w = ins[0], ins[1]
@@ -356,7 +356,7 @@ def _conv2d(attrs: np.ndarray, ins: np.ndarray, nin: int, consts: np.ndarray,
     return _spatial(x, w[5], w[6], attrs[0], attrs[1], o, consts, out)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _pool(attrs: np.ndarray, ins: np.ndarray, consts: np.ndarray, out: np.ndarray) -> int:
     x, kernel, pad = ins[0], attrs[0], attrs[2]
     if x[1] != 4:
@@ -367,7 +367,7 @@ def _pool(attrs: np.ndarray, ins: np.ndarray, consts: np.ndarray, out: np.ndarra
     return _spatial(x, kh, kw, attrs[1], pad, x[4], consts, out)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _transpose(perm: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     r = x[1]
     if perm[1] != r:
@@ -384,7 +384,7 @@ def _transpose(perm: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _enlarge(ins: np.ndarray, out: np.ndarray) -> int:
     w, ref = ins[0], ins[1]
     if w[1] != 4 or ref[1] != 4:
@@ -397,7 +397,7 @@ def _enlarge(ins: np.ndarray, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _concat(axis_row: np.ndarray, ins: np.ndarray, nin: int, out: np.ndarray) -> int:
     first = ins[0]
     r = first[1]
@@ -418,7 +418,7 @@ def _concat(axis_row: np.ndarray, ins: np.ndarray, nin: int, out: np.ndarray) ->
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _split_axis(axis_row: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
     """The normalized axis of a valid split, or -1."""
     axis = _norm_axis(axis_row[2], x[1])
@@ -433,7 +433,7 @@ def _split_axis(axis_row: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
     return axis if total == x[3 + axis] else -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _merge(attrs: np.ndarray, w: np.ndarray, out: np.ndarray) -> int:
     count, groups = attrs[0, 2], attrs[1, 2]
     if w[1] != 4 or count < 1 or groups < 1 or groups % count != 0 or w[3] % groups != 0:
@@ -443,7 +443,7 @@ def _merge(attrs: np.ndarray, w: np.ndarray, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _positive_dims(shape: np.ndarray, n: int) -> bool:
     """The n values of an ints literal row are all > 0 (a valid target shape)."""
     for j in range(n):
@@ -452,7 +452,7 @@ def _positive_dims(shape: np.ndarray, n: int) -> bool:
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _shape_type(dtype: int, shape: np.ndarray, n: int, out: np.ndarray) -> int:
     """out := the type with this dtype and the n dims of an ints literal row; returns 1."""
     _start_type(out, dtype, n)
@@ -493,7 +493,7 @@ def _same_numel(x: np.ndarray, shape: np.ndarray) -> bool:
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _reshape(shape: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     n = shape[1]
     if n > out.size - 3:
@@ -505,7 +505,7 @@ def _reshape(shape: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     return _shape_type(x[2], shape, n, out)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _batchnorm(ins: np.ndarray, out: np.ndarray) -> int:
     x = ins[0]
     if x[1] < 2 or not _same_dtype(ins, np.int64(5)):
@@ -516,14 +516,14 @@ def _batchnorm(ins: np.ndarray, out: np.ndarray) -> int:
     return _copy_type(x, out)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _softmax(axis_row: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     if _norm_axis(axis_row[2], x[1]) < 0:
         return 0
     return _copy_type(x, out)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _layernorm(axis_row: np.ndarray, ins: np.ndarray, out: np.ndarray) -> int:
     x = ins[0]
     r = x[1]
@@ -540,7 +540,7 @@ def _layernorm(axis_row: np.ndarray, ins: np.ndarray, out: np.ndarray) -> int:
     return _copy_type(x, out)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _reduce_mean(axes: np.ndarray, keepdims: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     r = x[1]
     mask = 0
@@ -564,7 +564,7 @@ def _reduce_mean(axes: np.ndarray, keepdims: np.ndarray, x: np.ndarray, out: np.
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _slice(attrs: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     axes, starts, ends = attrs[0], attrs[1], attrs[2]
     n = axes[1]
@@ -585,7 +585,7 @@ def _slice(attrs: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _pad(pads: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     r = x[1]
     if pads[1] != 2 * r:
@@ -599,7 +599,7 @@ def _pad(pads: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     return 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _broadcast(shape: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
     r, n = x[1], shape[1]
     if n < r or n > out.size - 3:

@@ -123,7 +123,7 @@ def would_cycle(root: int, var: int, height: np.ndarray, cstart: np.ndarray, cno
     return False
 
 
-@njit(cache=True, inline="always")    # one call site (cycle_mask)
+@njit(cache=True)
 def _parent_classes(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray,
                     children: np.ndarray, classes: np.ndarray):
     """(pstart, pcls): pcls[pstart[c]:pstart[c + 1]] are the classes whose unfiltered indexed
