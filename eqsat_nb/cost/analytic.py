@@ -162,12 +162,12 @@ A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_b
 # Split/concat: as A100 (the same runtimes). No published H100 grouped/depthwise measurement was
 # found; estimates from the A100 figures: group_us = 1.77 x 3/4 (the launch ratio: the per-group
 # cost is a per-kernel cost) = 1.33 us; depthwise_flops = 0.6 T x 67/19.5 (the same 3.1 % of the
-# FP32 peak as on the A100, so a depthwise conv of >= 32 channels again costs at most the dense
-# conv of its shape, whose GEMM waves scale with the same peak) = 2.06 TFLOP/s.
+# FP32 peak as on the A100) = 2.06 TFLOP/s, rounded up to 2.1 so that, as on the A100, a depthwise
+# conv of >= 32 channels costs at most the dense conv of its shape under H100's 132-SM waves.
 H100 = DeviceProfile("h100", matmul_flops=67e12, vector_flops=67e12, cache_bw=3.35e12,
                      dram_bw=3.35e12, cache_bytes=0, transcendental=4.2e12, pool=67e12,
                      transpose_eff=0.7, launch_us=3.0, sms=132, tile=32, split_view=True,
-                     concat_in_place=True, group_us=1.33, depthwise_flops=2.06e12)
+                     concat_in_place=True, group_us=1.33, depthwise_flops=2.1e12)
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (CPU, A100, H100)}
 
