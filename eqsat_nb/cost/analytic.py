@@ -25,12 +25,14 @@ Layout choices (documented; the CPU profile, measured with onnxruntime, keeps th
   tensor they are copies. `proj` (reading one result of a split) costs 0; the split node pays.
 - `split`: a copy on the CPU (onnxruntime's Split kernel copies). On the GPU profiles
   (`split_view`) a view that costs 0: TASO's `Split::map` points each output into the input's
-  buffer and `measure_split_cost` records 0 (src/core/split.cc), and every consumer in this IR
-  reads a strided view in place (cuBLAS leading dimensions, cuDNN strided tensor descriptors).
+  buffer and `measure_split_cost` records 0 (github.com/jiazhihao/TASO, src/core/split.cc), and
+  every consumer in this IR reads a strided view in place (cuBLAS leading dimensions, cuDNN
+  strided tensor descriptors).
 - `concat`: a copy on the CPU. On the GPU profiles (`concat_in_place`) the producers write
   straight into the concatenated buffer and the concat costs 0 (TASO's rewrite-created concats
-  have `needCopy = false` and measure at most 0.056 us, DESIGN.md section 10; TensorRT's builder
-  log reports "After concat removal"). An operand no producer can write there is copied, one
+  have `needCopy = false`, src/core/substitution.cc, and measure at most 0.056 us, DESIGN.md
+  section 10; TensorRT's builder log reports "After concat removal", NVIDIA developer forum
+  thread "Layer fusion issue", 2021). An operand no producer can write there is copied, one
   strided-copy launch per operand plus its bytes read and written (TASO's `Concat::forward`
   launches `assign_with_stride` per copied input, src/cudnn/concat_kernel.cu): a weight-only
   operand (`const_inputs`), a graph input or a repeated operand (`bound_inputs`, model.py). A
@@ -43,10 +45,12 @@ cost is far from proportional to FLOPs:
 - Depthwise (one input channel per group): cuDNN's dedicated depthwise kernel, at
   `depthwise_flops` (a few % of the FP32 peak; fitted below) or the memory time if larger.
 - Other grouped convs: cuDNN runs such groups one by one ("worst case all groups in the
-  convolution will be run in streams", NVIDIA on cuDNN 7's group support, caffe2 PR 1079), so a
-  fixed `group_us` per group is paid on top of the GEMM waves of the batched per-group products
-  (g x M x C_out/g x C_in/g*kh*kw). Merging groups (`*_merge_groups`, TASO's merge_gconv) trades
-  FLOPs for fewer groups.
+  convolution will be run in streams", NVIDIA on cuDNN 7's group support, facebookarchive/caffe2
+  pull request 1079), so a fixed `group_us` per group is paid on top of the GEMM waves of the
+  batched per-group products (g x M x C_out/g x C_in/g*kh*kw). Merging groups (`*_merge_groups`,
+  TASO's merge_gconv) trades FLOPs for fewer groups. A conv of many small groups can cost more
+  than the dense conv of its shape (A100 profile: 232 us for TASO's 128 groups of 2 channels,
+  149 us dense); merging groups pairwise reaches the dense form.
 Dense convs and matmuls keep the GEMM tile/wave model above.
 
 Why device profiles matter: on this machine's CPU (onnxruntime, one thread) merging matmuls or
@@ -140,8 +144,8 @@ CPU = DeviceProfile("cpu", matmul_flops=113e9, vector_flops=113e9, cache_bw=100e
 # its rate is set to the FP32 rate. Transposes reach ~70 % of HBM bandwidth (estimate).
 # 108 SMs (datasheet). 32 x 32 output tiles: the smallest of the tiles cuBLAS/cuDNN choose from
 # (32 x 32 to 256 x 128), so the wave model errs towards the plain roofline.
-# Split as a view and concat in place: TASO src/core/split.cc, src/core/substitution.cc
-# (needCopy = false), DESIGN.md section 10; see the module doc.
+# Split as a view and concat in place: TASO (github.com/jiazhihao/TASO) src/core/split.cc,
+# src/core/substitution.cc (needCopy = false), DESIGN.md section 10; see the module doc.
 # group_us = 1.77 us per group: Hartmann et al. 2024 (RESULTS.md, extraction accuracy, A100, TASO's
 # cuDNN costs) estimate ResNeXt-50 at 1.26 ms and ResNet-50 at 0.29 ms; their dense convs are the
 # same 8.0 GFLOP (our .tir files), so the 16 32-group 3x3 convs take about 0.97 ms, 60.6 us each,

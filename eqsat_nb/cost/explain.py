@@ -234,7 +234,8 @@ def _plural(n: int, op: str) -> str:
 
 
 def _describe(gone: Counter, came: Counter) -> str:
-    """'merged 3 matmul into 1 (+ split)', 'conv2d/32g -> conv2d/4g', '2 relu -> (nothing)'."""
+    """'merged 3 matmul into 1 (+ split)', 'merged groups: conv2d/32g -> conv2d/4g',
+    'folded relu into conv2d', 'removed relu'."""
     common = [op for op in gone if op in came and came[op] < gone[op]]
     if common:
         op = max(common, key=lambda o: gone[o])
@@ -251,4 +252,6 @@ def _describe(gone: Counter, came: Counter) -> str:
         return f"removed {side(gone)}"
     if not came - gone:         # fewer of the same operators, e.g. a relu fused into its conv
         return f"folded {side(gone - came)} into {side(came)}"
-    return f"{side(gone)} -> {side(came)}"
+    convs = all(o.endswith("g") and o.startswith("conv2d/") or o == "depthwise conv2d"
+                for o in list(gone) + list(came))
+    return ("merged groups: " if convs else "") + f"{side(gone)} -> {side(came)}"
