@@ -45,7 +45,8 @@ def test_launch_floor_and_views(device):
     for s in (sig("matmul", [(64, 64), (64, 64)]), sig("tanh", [(1, 512)]),
               sig("transpose", [(32, 64)], perm=(1, 0))):
         assert m.cost(s) >= launch
-    layout = (sig("concat", [(1, 8), (1, 8)], axis=1), sig("split", [(1, 16)], axis=1, sizes=(8, 8)))
+    layout = (sig("concat", [(1, 8), (1, 8)], axis=1),
+              sig("split", [(1, 16)], axis=1, sizes=(8, 8)))
     for s in layout:        # copies on the CPU; a view / written in place on the GPU profiles
         assert (m.cost(s) == 0.0) if PROFILES[device].sms else (m.cost(s) >= launch)
     assert m.cost(sig("reshape", [(32, 64)], shape=(64, 32))) == 0.0

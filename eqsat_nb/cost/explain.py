@@ -9,7 +9,7 @@ through the split). Each change is priced node by node with the cost model (the 
 `graph_cost` sums, so the changes add up to the whole difference) and named by the profile rules
 that priced its nodes, e.g.
 
-    merged 3 matmul into 1 (+ split): 64.3 -> 53.9 us [matmul: 3 x 2 GEMM waves -> 5 GEMM
+    merged 3 matmul into 1 (+ split): 64.3 -> 47.6 us [matmul: 3 x 2 GEMM waves -> 5 GEMM
     waves; split: a view, 0 us]
 
 Identical changes (same operators removed and added, same rules) are reported once with a count.
@@ -235,13 +235,14 @@ def _plural(n: int, op: str) -> str:
 
 def _describe(gone: Counter, came: Counter) -> str:
     """'merged 3 matmul into 1 (+ split)', 'merged groups: conv2d/32g -> conv2d/4g',
-    'folded relu into conv2d', 'removed relu'."""
+    'folded relu into conv2d', 'rewrote 2 matmul', 'removed relu'."""
     common = [op for op in gone if op in came and came[op] < gone[op]]
     if common:
         op = max(common, key=lambda o: gone[o])
         extra = came - Counter({op: came[op]})
         left = gone - Counter({op: gone[op]})
-        parts = ["+ " + ", ".join(_plural(n, o) for o, n in sorted(extra.items()))] if extra else []
+        parts = ["+ " + ", ".join(_plural(n, o) for o, n in sorted(extra.items()))
+                 ] if extra else []
         if left:
             parts.append(", ".join(_plural(n, o) for o, n in sorted(left.items())) + " gone")
         return f"merged {gone[op]} {op} into {came[op]}" + (f" ({'; '.join(parts)})" if parts else "")
@@ -250,6 +251,8 @@ def _describe(gone: Counter, came: Counter) -> str:
         return " + ".join(_plural(n, o) for o, n in sorted(c.items())) or "(nothing)"
     if not came:
         return f"removed {side(gone)}"
+    if came == gone:            # the same operators on other operands, e.g. reassociated
+        return f"rewrote {side(gone)}"
     if not came - gone:         # fewer of the same operators, e.g. a relu fused into its conv
         return f"folded {side(gone - came)} into {side(came)}"
     convs = all(o.endswith("g") and o.startswith("conv2d/") or o == "depthwise conv2d"
