@@ -94,6 +94,10 @@ def explain_changes(eg, original: Graph, optimized: Graph, model: CostModel) -> 
     changed_nodes = removed + added
     if not changed_nodes:
         return []
+    explain = getattr(model, "explain", None)
+    if explain is not None:         # only the changed nodes' rules are reported
+        for n in changed_nodes:
+            n.rule = explain(n.sig) if n.sig is not None else ""
     changed = {c for n in changed_nodes for c in n.outs}
     parent = {c: c for c in changed}
 
@@ -155,7 +159,7 @@ class _GNode:
     ins: tuple[int, ...]        # operand e-classes
     const_ins: dict[int, bool]  # operand class -> weight-only
     sig: OpSignature | None     # None: free or weight-only (costs nothing)
-    rule: str
+    rule: str = ""              # the profile rule that priced it (changed nodes only)
 
 
 def _only(nodes: list[_GNode], keys: Counter) -> list[_GNode]:
@@ -173,11 +177,14 @@ def _graph_nodes(eg, graph: Graph, model: CostModel) -> list[_GNode] | None:
     from ..egraph.convert import opaque_key
     from ..egraph.store import EOP_IDS
 
-    explain = getattr(model, "explain", None)
     value: dict[str, int] = {}
+    lits: dict[tuple[str, Any], int] = {}
 
     def lit(v: Any) -> int:
-        return eg.lookup_literal(v)
+        k = (type(v).__name__, v)
+        if k not in lits:
+            lits[k] = eg.lookup_literal(v)
+        return lits[k]
 
     def node_key(op: str, children: list[int], payload: int = -1) -> tuple[tuple, int]:
         canon = [eg.find(c) if c >= 0 else c for c in children]
@@ -213,10 +220,8 @@ def _graph_nodes(eg, graph: Graph, model: CostModel) -> list[_GNode] | None:
         else:
             value[node.results[0]] = c
             outs = [c]
-        sig = sigs.get(k)
-        rule = explain(sig) if explain is not None and sig is not None else ""
         out.append(_GNode(key, tuple(outs), tuple(ins),
-                          {x: eg.is_const(x) for x in ins}, sig, rule))
+                          {x: eg.is_const(x) for x in ins}, sigs.get(k)))
     return out
 
 
