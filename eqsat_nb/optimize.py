@@ -63,6 +63,7 @@ class Result:
     rules_fired: dict[str, int]
     times: dict[str, float] = field(default_factory=dict)   # seconds per phase
     improved: bool = True         # False: the original was kept
+    changes: list = field(default_factory=list)   # cost.explain.Change, largest saving first
 
     @property
     def speedup_pct(self) -> float:
@@ -120,11 +121,15 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
 
     before, after = graph_cost(cost_model, graph), graph_cost(cost_model, optimized)
     improved = after < before * (1 - 1e-9)
-    if not improved:
+    changes: list = []
+    if improved:                # which cost differences decided it (the report's "why" lines)
+        from .cost.explain import explain_changes
+        changes = explain_changes(eg, graph, optimized, cost_model)
+    else:
         optimized, after = graph, before
     return Result(graph, optimized, before, after, eg.num_nodes, eg.num_classes, iterations,
                   stop, how if improved else f"{how}; no cheaper graph, original kept", fired,
-                  times, improved)
+                  times, improved, changes)
 
 
 def _with_search_budget(options: Options) -> Options:

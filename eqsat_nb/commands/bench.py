@@ -18,8 +18,8 @@ from typing import Any
 
 from ..errors import TirError
 from ..resources import data_dir
-from .run import (add_search_options, check_writable, cost_model_from_args, describe_cost_model,
-                  optimize_and_verify, write_atomic)
+from .run import (WHY_SHOWN, add_search_options, check_writable, cost_model_from_args,
+                  describe_cost_model, optimize_and_verify, write_atomic)
 
 BENCHMARK_MODELS = ("bert", "inceptionv3", "mobilenetv2", "nasneta", "nasrnn", "resnet50",
                     "resnext50", "squeezenet", "vgg19", "transformer_transducer", "vit_base",
@@ -117,7 +117,8 @@ def bench_command(args: argparse.Namespace) -> int:
             "est_speedup_pct": result.speedup_pct,
             "optimize_s": sum(v for k, v in result.times.items() if k != "verify"),
             "verified": None if check is None or hasattr(check, "reason") else check.ok,
-            "egraph_nodes": result.egraph_nodes, "extraction": result.extraction}
+            "egraph_nodes": result.egraph_nodes, "extraction": result.extraction,
+            "changes": [c.as_dict() for c in result.changes[:WHY_SHOWN]]}
         if measure and result.improved:     # an unchanged model is not timed against itself
             from ..onnx_io import to_onnx
             a = to_onnx(graph, weights, seed=args.seed)
@@ -136,12 +137,24 @@ def bench_command(args: argparse.Namespace) -> int:
             + ("; measured: onnxruntime CPU, 1 thread, thread CPU time, median of "
                f"{args.repeats} alternating runs" if measure else ""))
     print(note)
+    why = _why(rows)
+    if why:
+        print(why, end="")
     if args.markdown:
-        write_atomic(args.markdown, lambda p: p.write_text(table + "\n" + note + "\n"))
+        write_atomic(args.markdown,
+                     lambda p: p.write_text(table + "\n" + note + "\n" + ("\n" + why if why
+                                                                          else "")))
     if args.json:
         body = json.dumps({"cost_model": cost_name, "rows": rows}, indent=2) + "\n"
         write_atomic(args.json, lambda p: p.write_text(body))
     return 0
+
+
+def _why(rows: list[dict[str, Any]]) -> str:
+    """Per changed model, the largest cost difference behind its result (run's "why" line)."""
+    lines = [f"- {r['model']}: {r['changes'][0]['summary']}" for r in rows if r.get("changes")]
+    return ("why (the largest cost difference behind each result):\n" + "\n".join(lines) + "\n"
+            if lines else "")
 
 
 def _header(measure: bool, gpu: bool) -> str:

@@ -445,6 +445,7 @@ def make_report(model: str, result, check, cost_name: str, budget=None) -> dict[
                    "iterations": result.iterations, "stop_reason": result.stop_reason},
         "extraction": result.extraction,
         "improved": result.improved,
+        "changes": [c.as_dict() for c in result.changes],
         "rules_fired": dict(sorted(result.rules_fired.items(), key=lambda kv: (-kv[1], kv[0]))),
         "times_s": result.times,
         "time_budget": None if budget is None else {
@@ -457,6 +458,22 @@ def make_report(model: str, result, check, cost_name: str, budget=None) -> dict[
             "rtol": check.rtol, "atol_rel": check.atol_rel,
             "max_relative_err": check.max_relative_err, "summary": check.summary()},
     }
+
+
+WHY_SHOWN = 3      # changes named one by one in the report; the rest in one line
+
+
+def _why_lines(changes: list[dict[str, Any]]) -> list[str]:
+    """The largest cost differences that decided the extraction (report["changes"] is sorted
+    by size), then one line for the rest."""
+    lines = [c["summary"] for c in changes[:WHY_SHOWN]]
+    rest = changes[WHY_SHOWN:]
+    if rest:
+        n = sum(c["count"] for c in rest)
+        saved = sum(c["before_us"] - c["after_us"] for c in rest)
+        what = f"{saved:.1f} us saved" if saved >= 0 else f"{-saved:.1f} us added"
+        lines.append(f"{n} more change{'s' if n != 1 else ''}: {what} together")
+    return lines
 
 
 def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
@@ -477,6 +494,9 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
             total += f"; Numba compilation {b['numba_compile_s']:.1f} s, not counted"
     lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["times_s"].items())
                  + f" ({total})")
+    changes = r.get("changes") or []
+    for line in _why_lines(changes):
+        lines.append("  why: " + line)
     fired = r["rules_fired"]
     if fired:
         shown = ", ".join(f"{k} x{v}" for k, v in list(fired.items())[:8])

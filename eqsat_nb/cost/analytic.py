@@ -16,16 +16,42 @@ full waves of full tiles, not FLOPs / peak (NVIDIA, "Matrix Multiplication Backg
 Guide": tile and wave quantization). A 197 x 768 x 768 matmul needs 168 of an A100's 2 x 108
 block slots (2 waves); three of them take 6 waves, the merged 197 x 768 x 2304 one 5. This is part
 of why the papers measured gains from merging matmuls and convs on GPUs at equal FLOPs.
-Grouped convs keep the plain roofline (cuDNN runs them with other kernels).
 
-Layout choices (documented, the same on every profile):
+Layout choices (documented; the CPU profile, measured with onnxruntime, keeps the copies):
 - `reshape` costs 0: it is a view on every backend (same buffer, new shape).
 - `dropout` costs 0: identity at inference (runtimes drop it).
-- `transpose`, `concat`, `split`, `slice`, `pad`, `broadcast` are real copies: launch + their
-  bytes over bandwidth (onnxruntime and cuDNN-style runtimes materialize them). `proj` (reading
-  one result of a split) costs 0; the split node pays once.
-- `enlarge`/`merge` only ever touch weights in practice (then weight-only, cost 0); on a computed
-  tensor they are copies.
+- `transpose`, `slice`, `pad`, `broadcast` are real copies: launch + their bytes over bandwidth.
+  `enlarge`/`merge` only ever touch weights in practice (then weight-only, cost 0); on a computed
+  tensor they are copies. `proj` (reading one result of a split) costs 0; the split node pays.
+- `split`: a copy on the CPU (onnxruntime's Split kernel copies). On the GPU profiles
+  (`split_view`) a view that costs 0: TASO's `Split::map` points each output into the input's
+  buffer and `measure_split_cost` records 0 (github.com/jiazhihao/TASO, src/core/split.cc), and
+  every consumer in this IR reads a strided view in place (cuBLAS leading dimensions, cuDNN
+  strided tensor descriptors).
+- `concat`: a copy on the CPU. On the GPU profiles (`concat_in_place`) the producers write
+  straight into the concatenated buffer and the concat costs 0 (TASO's rewrite-created concats
+  have `needCopy = false`, src/core/substitution.cc, and measure at most 0.056 us, DESIGN.md
+  section 10; TensorRT's builder log reports "After concat removal", NVIDIA developer forum
+  thread "Layer fusion issue", 2021). An operand no producer can write there is copied, one
+  strided-copy launch per operand plus its bytes read and written (TASO's `Concat::forward`
+  launches `assign_with_stride` per copied input, src/cudnn/concat_kernel.cu): a weight-only
+  operand (`const_inputs`), a graph input or a repeated operand (`bound_inputs`, model.py). A
+  concat of weights only is folded like any weight-only expression (cost 0).
+  Not seen per node: a producer that feeds two concats can write into one of them only; the
+  extraction picks the consumers, so both are priced in place (TASO has the same blind spot).
+
+Grouped convolutions on the GPU profiles (`group_us`, `depthwise_flops`); measured grouped-conv
+cost is far from proportional to FLOPs:
+- Depthwise (one input channel per group): cuDNN's dedicated depthwise kernel, at
+  `depthwise_flops` (a few % of the FP32 peak; fitted below) or the memory time if larger.
+- Other grouped convs: cuDNN runs such groups one by one ("worst case all groups in the
+  convolution will be run in streams", NVIDIA on cuDNN 7's group support, facebookarchive/caffe2
+  pull request 1079), so a fixed `group_us` per group is paid on top of the GEMM waves of the
+  batched per-group products (g x M x C_out/g x C_in/g*kh*kw). Merging groups (`*_merge_groups`,
+  TASO's merge_gconv) trades FLOPs for fewer groups. A conv of many small groups can cost more
+  than the dense conv of its shape (A100 profile: 232 us for TASO's 128 groups of 2 channels,
+  149 us dense); merging groups pairwise reaches the dense form.
+Dense convs and matmuls keep the GEMM tile/wave model above.
 
 Why device profiles matter: on this machine's CPU (onnxruntime, one thread) merging matmuls or
 convs measured 0.97-1.01x and enlarge+merge 1.47x slower: the per-call floor is small next to a
@@ -47,7 +73,7 @@ from typing import Any, Mapping
 from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.ops import flops
-from .model import CostModel, OpSignature
+from .model import FREE_OPS, CostModel, OpSignature
 
 ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
 TRANSCENDENTAL = frozenset({"tanh", "sigmoid", "gelu", "softmax"})
@@ -73,6 +99,10 @@ class DeviceProfile:
     op_scale: Mapping[str, float] = field(default_factory=dict)  # per-op multiplier on the roofline
     sms: int = 0                 # GPU streaming multiprocessors (0: no wave quantization)
     tile: int = 32               # GEMM output tile edge of the wave model
+    split_view: bool = False     # split outputs are views (0 us), else copies
+    concat_in_place: bool = False  # producers write into the concat's buffer (see module doc)
+    group_us: float = 0.0        # per-group cost of a grouped conv (0: plain roofline)
+    depthwise_flops: float = 0.0  # FLOP/s of the depthwise kernel (0: plain roofline)
 
     def gemm_s(self, batch: int, m: int, n: int, k: int) -> float:
         """Compute seconds of `batch` M x N x K GEMMs under tile and wave quantization (GPUs),
@@ -84,6 +114,13 @@ class DeviceProfile:
         blocks = batch * (-(-m // tm)) * (-(-n // tn))
         waves = -(-blocks // self.sms)
         return waves * self.sms * 2.0 * tm * tn * k / self.matmul_flops
+
+    def waves(self, batch: int, m: int, n: int) -> int:
+        """Waves of output tiles a batch of M x N GEMMs takes (GPUs; 0 with sms == 0)."""
+        if self.sms <= 0:
+            return 0
+        tm, tn = min(self.tile, m), min(self.tile, n)
+        return -(-(batch * (-(-m // tm)) * (-(-n // tn))) // self.sms)
 
     def memory_s(self, nbytes: float) -> float:
         fit = min(nbytes, self.cache_bytes)
@@ -107,16 +144,34 @@ CPU = DeviceProfile("cpu", matmul_flops=113e9, vector_flops=113e9, cache_bw=100e
 # its rate is set to the FP32 rate. Transposes reach ~70 % of HBM bandwidth (estimate).
 # 108 SMs (datasheet). 32 x 32 output tiles: the smallest of the tiles cuBLAS/cuDNN choose from
 # (32 x 32 to 256 x 128), so the wave model errs towards the plain roofline.
+# Split as a view and concat in place: TASO (github.com/jiazhihao/TASO) src/core/split.cc,
+# src/core/substitution.cc (needCopy = false), DESIGN.md section 10; see the module doc.
+# group_us = 1.77 us per group: Hartmann et al. 2024 (RESULTS.md, extraction accuracy, A100, TASO's
+# cuDNN costs) estimate ResNeXt-50 at 1.26 ms and ResNet-50 at 0.29 ms; their dense convs are the
+# same 8.0 GFLOP (our .tir files), so the 16 32-group 3x3 convs take about 0.97 ms, 60.6 us each,
+# i.e. (60.6 - 4 launch) / 32 = 1.77 us per group (their 28.9 MFLOP of GEMM work is < 1 us here).
+# depthwise_flops = 0.6 TFLOP/s: TASO's 256-channel 5x5/2 conv on 56x56 (10.0 MFLOP; DESIGN.md
+# section 10) measured 57 us depthwise, 8.7x and 5.8x below its C/2- and C/4-group forms; this
+# profile prices those forms at 232 and 119 us, which puts the depthwise kernel at 26.6 or 20.7
+# us, 0.44 or 0.60 TFLOP/s after the launch. 0.60 is used: with it a depthwise conv of >= 32
+# channels (every one in the benchmark models) costs less than the dense conv of its shape.
 A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_bw=1.555e12,
                      dram_bw=1.555e12, cache_bytes=0, transcendental=2.4e12, pool=19.5e12,
-                     transpose_eff=0.7, launch_us=4.0, sms=108, tile=32)
+                     transpose_eff=0.7, launch_us=4.0, sms=108, tile=32, split_view=True,
+                     concat_in_place=True, group_us=1.77, depthwise_flops=0.6e12)
 
 # NVIDIA H100 SXM5, public datasheet ("NVIDIA H100 Tensor Core GPU", 2022): FP32 67 TFLOP/s,
 # HBM3 3.35 TB/s. Transcendentals: 132 SMs x 16 SFU ops/clk x 1.98 GHz ~ 4.2 T/s. Launch 3 us
 # (a few us, slightly below A100's with newer drivers; an estimate). 132 SMs (datasheet).
+# Split/concat: as A100 (the same runtimes). No published H100 grouped/depthwise measurement was
+# found; estimates from the A100 figures: group_us = 1.77 x 3/4 (the launch ratio: the per-group
+# cost is a per-kernel cost) = 1.33 us; depthwise_flops = 0.6 T x 67/19.5 (the same 3.1 % of the
+# FP32 peak as on the A100) = 2.06 TFLOP/s, rounded up to 2.1 so that, as on the A100, a depthwise
+# conv of >= 32 channels costs at most the dense conv of its shape under H100's 132-SM waves.
 H100 = DeviceProfile("h100", matmul_flops=67e12, vector_flops=67e12, cache_bw=3.35e12,
                      dram_bw=3.35e12, cache_bytes=0, transcendental=4.2e12, pool=67e12,
-                     transpose_eff=0.7, launch_us=3.0, sms=132, tile=32)
+                     transpose_eff=0.7, launch_us=3.0, sms=132, tile=32, split_view=True,
+                     concat_in_place=True, group_us=1.33, depthwise_flops=2.1e12)
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (CPU, A100, H100)}
 
@@ -128,6 +183,8 @@ PROFILE_ENV = "EQSAT_NB_CPU_PROFILE"
 _FIELDS = ("matmul_flops", "vector_flops", "cache_bw", "dram_bw", "cache_bytes", "transcendental",
            "pool", "transpose_eff", "launch_us")
 _OPTIONAL = {"sms": 0, "tile": 32}      # integer fields a profile file may leave out
+_OPTIONAL_FLOAT = {"group_us": 0.0, "depthwise_flops": 0.0}
+_OPTIONAL_BOOL = {"split_view": False, "concat_in_place": False}
 
 
 def calibrated_path() -> Path:
@@ -144,6 +201,8 @@ def profile_to_json(prof: DeviceProfile, extra: Mapping[str, Any] | None = None)
     """The profile as JSON (its rates, per-op multipliers, and `extra` notes such as the fit)."""
     doc: dict[str, Any] = {"name": prof.name, **{f: getattr(prof, f) for f in _FIELDS},
                            **{f: getattr(prof, f) for f in _OPTIONAL},
+                           **{f: getattr(prof, f) for f in _OPTIONAL_FLOAT},
+                           **{f: getattr(prof, f) for f in _OPTIONAL_BOOL},
                            "op_scale": dict(prof.op_scale)}
     if extra:
         doc["fit"] = dict(extra)
@@ -168,8 +227,16 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
         vals = {f: float(doc[f]) for f in _FIELDS}
         scale = {str(k): float(v) for k, v in dict(doc.get("op_scale") or {}).items()}
         ints = {f: int(doc.get(f, d)) for f, d in _OPTIONAL.items()}
+        extra = {f: float(doc.get(f, d)) for f, d in _OPTIONAL_FLOAT.items()}
     except (TypeError, ValueError):
         raise TirError("device profile values must be numbers", file=str(path)) from None
+    flags = {f: doc.get(f, d) for f, d in _OPTIONAL_BOOL.items()}
+    if not all(isinstance(v, bool) for v in flags.values()):
+        raise TirError(f"device profile's {', '.join(_OPTIONAL_BOOL)} must be true or false",
+                       file=str(path))
+    if not all(math.isfinite(v) and v >= 0 for v in extra.values()):
+        raise TirError(f"device profile's {', '.join(_OPTIONAL_FLOAT)} must be finite and >= 0",
+                       file=str(path))
     bad = [f for f, v in vals.items() if not math.isfinite(v) or v < 0
            or (v == 0 and f not in ("cache_bytes", "launch_us"))]
     if bad:
@@ -177,7 +244,8 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
                        file=str(path))
     if ints["sms"] < 0 or ints["tile"] < 1:
         raise TirError("device profile needs sms >= 0 and tile >= 1", file=str(path))
-    return DeviceProfile(str(doc.get("name", path.stem)), op_scale=scale, **vals, **ints)
+    return DeviceProfile(str(doc.get("name", path.stem)), op_scale=scale, **vals, **ints, **extra,
+                         **flags)
 
 
 def profile(name: str) -> DeviceProfile:
@@ -212,6 +280,18 @@ def _gemm_shape(op: str, sig: OpSignature) -> tuple[int, int, int, int] | None:
     return 1, out[0] * out[2] * out[3], out[1], b[1] * b[2] * b[3]
 
 
+def _conv_groups(sig: OpSignature) -> tuple[int, int, int, int, int] | None:
+    """(groups, M, N per group, K per group, input channels per group) of a grouped conv2d (NCHW
+    x OIHW, more than one group); None otherwise."""
+    if sig.op != "conv2d" or len(sig.inputs) < 2 or not sig.outputs:
+        return None
+    a, b, out = sig.inputs[0].shape, sig.inputs[1].shape, sig.outputs[0].shape
+    if len(a) != 4 or len(b) != 4 or len(out) != 4 or b[1] <= 0 or a[1] == b[1]:
+        return None
+    g = a[1] // b[1]
+    return g, out[0] * out[2] * out[3], out[1] // g, b[1] * b[2] * b[3], b[1]
+
+
 def _bytes(types) -> int:
     return sum(t.numel * ITEMSIZE.get(t.dtype, 4) for t in types)
 
@@ -227,20 +307,56 @@ class AnalyticCostModel(CostModel):
         self.launch_us = self.profile.launch_us
 
     def _cost(self, sig: OpSignature) -> float:
+        return self.price(sig)[0]
+
+    def explain(self, sig: OpSignature) -> str:
+        """The profile rule that priced `sig` when it is one a GPU result can rest on (split as
+        a view, concat in place or copied, per-group or depthwise conv pricing, GEMM waves);
+        "" for the plain roofline. Used by the run report's "why" lines."""
+        if sig.op in FREE_OPS:
+            return ""
+        return self.price(sig)[1]
+
+    def price(self, sig: OpSignature) -> tuple[float, str]:
+        """(microseconds, the rule that priced it, "" for the plain roofline)."""
         p = self.profile
         op = sig.op
         if op in VIEWS:
-            return 0.0
+            return 0.0, ""
+        if op == "split" and p.split_view:
+            return 0.0, "split: a view, 0 us"
+        if op == "concat" and p.concat_in_place:
+            copied = sorted(set(sig.const_inputs) | set(sig.bound_inputs))
+            if not copied:
+                return 0.0, "concat: written in place, 0 us"
+            nbytes = 2 * _bytes(sig.inputs[i] for i in copied)
+            us = (len(copied) * p.launch_us
+                  + p.op_scale.get(op, 1.0) * p.memory_s(nbytes) * 1e6)
+            return us, f"concat: copies {len(copied)} of {len(sig.inputs)} operands"
         mem = p.memory_s(_bytes(sig.inputs) + _bytes(sig.outputs))
         outs: tuple[TensorType, ...] = sig.outputs
         numel_out = sum(t.numel for t in outs)
+        rule = ""
         if op in MATRIX:
             act = sig.attr.get("act", "none")
             f = flops(op, list(sig.inputs), list(outs), sig.attrs)
             if act != "none":
                 f -= numel_out          # the epilogue is priced below
+            grouped = _conv_groups(sig) if p.sms > 0 else None
             gemm = _gemm_shape(op, sig) if p.sms > 0 else None
-            compute = p.gemm_s(*gemm) if gemm else f / p.matmul_flops
+            if grouped and grouped[4] == 1 and p.depthwise_flops > 0:
+                compute = f / p.depthwise_flops
+                rule = f"conv2d: depthwise kernel at {p.depthwise_flops / 1e12:g} TFLOP/s"
+            elif grouped and p.group_us > 0:
+                g, m, n, k, _ = grouped
+                compute = g * p.group_us * 1e-6 + p.gemm_s(g, m, n, k)
+                rule = f"conv2d: {g} groups x {p.group_us:g} us"
+            elif gemm:
+                compute = p.gemm_s(*gemm)
+                w = p.waves(*gemm[:3])
+                rule = f"{op}: {w} GEMM wave{'s' if w != 1 else ''}"
+            else:
+                compute = f / p.matmul_flops
             if act in ("tanh", "sigmoid"):
                 compute += numel_out / p.transcendental
             elif act == "relu":
@@ -255,4 +371,4 @@ class AnalyticCostModel(CostModel):
             mem = mem / p.transpose_eff
         else:
             compute = flops(op, list(sig.inputs), list(outs), sig.attrs) / p.vector_flops
-        return p.launch_us + p.op_scale.get(op, 1.0) * max(compute, mem) * 1e6
+        return p.launch_us + p.op_scale.get(op, 1.0) * max(compute, mem) * 1e6, rule

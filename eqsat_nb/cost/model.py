@@ -14,6 +14,13 @@ model's `launch_us`. Layout-only ops are priced by the backend; see `analytic.py
 expressions): measuring backends make them initializers of the one-node model (a runtime
 pre-packs and never copies them) and feed the others as inputs. Callers that leave it empty get
 every operand treated as an activation, as before.
+
+`OpSignature.bound_inputs` (only for `IN_PLACE_OPS`, i.e. concat) lists the operands whose buffer
+exists before the node runs and that no producer can write into its output: graph inputs, and a
+repeat of an earlier operand of the same node (its producer writes one place). With
+`const_inputs` these are what a GPU runtime must copy into a concat's buffer; every other operand
+is written there by its producer (analytic.py). Both are properties of the operand's e-class
+(weight-only, holds an `input` node), so an e-node's cost does not depend on the extraction.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from ..ir.graph import Graph, TensorType
 from ..ir.ops import OPS, infer_types
 
 FREE_OPS = frozenset({"lit", "input", "weight", "noop", "proj"})
+IN_PLACE_OPS = frozenset({"concat"})    # ops whose signature records `bound_inputs`
 OPAQUE_LAUNCHES = 1.0
 
 
@@ -38,6 +46,7 @@ class OpSignature:
     inputs: tuple[TensorType, ...]
     outputs: tuple[TensorType, ...]
     const_inputs: tuple[int, ...] = ()      # operand indices that are weight-only (sorted)
+    bound_inputs: tuple[int, ...] = ()      # IN_PLACE_OPS: graph inputs and repeated operands
 
     @property
     def attr(self) -> dict[str, Any]:
@@ -117,15 +126,21 @@ def node_signature(eg, n: int) -> OpSignature | None:
         t = eg.class_type(eg.node_class(n))
         outs = (t,) if t is not None else tuple(infer_types(op, list(ins), attr_t))
     consts = tuple(i for i, x in enumerate(operands) if eg.is_const(x))
-    return OpSignature(op, attr_t, ins, outs, consts)
+    bound: tuple[int, ...] = ()
+    if op in IN_PLACE_OPS:
+        canon = [eg.find(x) for x in operands]
+        bound = tuple(i for i, x in enumerate(canon)
+                      if x in canon[:i] or any(eg.op_name(m) == "input" for m in eg.class_nodes(x)))
+    return OpSignature(op, attr_t, ins, outs, consts, bound)
 
 
-def graph_signatures(graph: Graph) -> Iterator[OpSignature]:
-    """The signature of every compute node of `graph` that depends on an input, in order
-    (weight-only sub-graphs are folded before inference and are left out)."""
+def graph_node_signatures(graph: Graph) -> Iterator[tuple[int, OpSignature | None]]:
+    """(index into graph.nodes, signature) for every node; None for free ops and weight-only
+    nodes (folded before inference: they cost nothing)."""
     env = dict(graph.inputs)
     const = {name: False for name, _ in graph.inputs}
-    for node in graph.nodes:
+    inputs = {name for name, _ in graph.inputs}
+    for k, node in enumerate(graph.nodes):
         ins = [env[v] for v in node.inputs]
         env.update(zip(node.results, node.types))
         is_const = node.op == "weight" or (node.op != "input" and bool(node.inputs)
@@ -133,9 +148,22 @@ def graph_signatures(graph: Graph) -> Iterator[OpSignature]:
         for r in node.results:
             const[r] = is_const
         if is_const or node.op in FREE_OPS:
+            yield k, None
             continue
         consts = tuple(i for i, v in enumerate(node.inputs) if const[v])
-        yield OpSignature(node.op, node.attrs, tuple(ins), node.types, consts)
+        bound: tuple[int, ...] = ()
+        if node.op in IN_PLACE_OPS:
+            bound = tuple(i for i, v in enumerate(node.inputs)
+                          if v in inputs or v in node.inputs[:i])
+        yield k, OpSignature(node.op, node.attrs, tuple(ins), node.types, consts, bound)
+
+
+def graph_signatures(graph: Graph) -> Iterator[OpSignature]:
+    """The signature of every compute node of `graph` that depends on an input, in order
+    (weight-only sub-graphs are folded before inference and are left out)."""
+    for _, sig in graph_node_signatures(graph):
+        if sig is not None:
+            yield sig
 
 
 def _tuples(v: Any) -> Any:
@@ -146,14 +174,19 @@ def signature_to_json(sig: OpSignature) -> list:
     """A JSON-able form of `sig` (`signature_from_json` gives it back equal)."""
     return [sig.op, [[k, list(v) if isinstance(v, tuple) else v] for k, v in sig.attrs],
             [[list(t.shape), t.dtype] for t in sig.inputs],
-            [[list(t.shape), t.dtype] for t in sig.outputs], list(sig.const_inputs)]
+            [[list(t.shape), t.dtype] for t in sig.outputs], list(sig.const_inputs),
+            list(sig.bound_inputs)]
 
 
 def signature_from_json(doc: list) -> OpSignature:
-    op, attrs, ins, outs, consts = doc
+    """Inverse of `signature_to_json` (also reads the older 5-element form without
+    `bound_inputs`)."""
+    op, attrs, ins, outs, consts = doc[:5]
+    bound = doc[5] if len(doc) > 5 else ()
     return OpSignature(op, tuple((k, _tuples(v)) for k, v in attrs),
                        tuple(TensorType(tuple(s), d) for s, d in ins),
-                       tuple(TensorType(tuple(s), d) for s, d in outs), tuple(consts))
+                       tuple(TensorType(tuple(s), d) for s, d in outs), tuple(consts),
+                       tuple(bound))
 
 
 def graph_cost(model: CostModel, graph: Graph) -> float:
