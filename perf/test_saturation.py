@@ -19,8 +19,8 @@ from eqsat_nb.rules.compile import compile_pattern
 from eqsat_nb.rules.match import MatchIndex, search
 from eqsat_nb.rules.parse import load_rules
 from eqsat_nb.search.saturate import Limits, Report, saturate
-from eqsat_nb.search.workloads import (ITERATION_CAP, build_workload, tensor_counts,
-                                       workload_rules)
+from eqsat_nb.search.workloads import (ITERATION_CAP, build_workload, egglog_limits,
+                                       tensor_counts, workload_rules)
 
 pytestmark = pytest.mark.usefixtures("warm_jit")
 
@@ -92,8 +92,7 @@ WORKLOADS = QUICK_WORKLOADS + [pytest.param(*w, marks=pytest.mark.full) for w in
 
 def _limits(kind: str) -> Limits:
     """egglog's schedule: no node limit, no cycle filter, stop at saturation or the cap."""
-    return Limits(node_limit=10**12, iter_limit=ITERATION_CAP[kind], k_multi=0,
-                  filter_cycles=False)
+    return egglog_limits(kind)
 
 
 def _saturate_workload(kind: str, size: int, bench, benchmark):
