@@ -3,6 +3,7 @@ budget ban, the node limit within a rule's application, per-rule semi-naive epoc
 defaults (k_multi 2)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -63,17 +64,19 @@ def test_banned_rule_searches_from_where_it_was_last_applied():
     assert BackoffScheduler(incremental=False).since("r") == 0
 
 
-def test_family_budget_ban_is_firm_and_counts_the_whole_family():
-    s = BackoffScheduler(match_limit=None, budget_share=0.5)
-    two = [Candidate("a", "f", 30, 2), Candidate("b", "f", 30, 2), Candidate("c", "g", 30, 2)]
-    # family f could add 120 nodes, over half of the 200 left; family g 60, under it
-    assert s.admit(two, 3, room=200) == {"c"}
+def test_family_budget_ban_holds_back_returning_flooders_firmly():
+    """egg lets a flooder back once its doubled threshold passes; the budget ban keeps it out
+    while its whole family could take more than half of the room left, and is not cut short."""
+    s = BackoffScheduler(match_limit=100, ban_length=2, budget_share=0.5)
+    assert s.admit([Candidate("a", "f", 101, 2)], 1, room=10_000) == set()   # egg's ban
+    assert s.may_search("a", 3)
+    back = [Candidate("a", "f", 60, 2), Candidate("b", "f", 60, 2), Candidate("c", "g", 60, 2)]
+    # family f (a flooded before) could add 240 nodes, over half of the 200 left; family g
+    # could add 120 too, but never flooded: not held to the budget
+    assert s.admit(back, 3, room=200) == {"c"}
     assert not s.may_search("a", 4) and not s.may_search("b", 4)
     assert not s.cut_bans(3)                      # a budget ban is not cut short
-    # one of them alone would have fit
-    assert BackoffScheduler(None, budget_share=0.5).admit(two[:1], 3, room=200) == {"a"}
-    # without a share, no budget ban
-    assert BackoffScheduler(None).admit(two, 3, room=200) == {"a", "b", "c"}
+    assert BackoffScheduler(100, 2).admit(back, 3, room=200) == {"a", "b", "c"}   # egg's
 
 
 def test_cut_bans_skips_rules_that_cannot_run_next():
@@ -198,3 +201,23 @@ def test_problem_drops_users_of_a_class_without_candidates():
     assert len(p.candidates(int(p.roots[0]))) == 1          # only the original relu is left
     for method in ("greedy", "ocf", "ocf+switch", "ilp"):
         assert is_valid(p, extract(p, method).choice), method
+
+
+# ------------------------------------------------------------------ the command line
+
+def test_run_reports_held_back_rules_and_match_limit_0_restores_every_rule(tmp_path, capsys):
+    from eqsat_nb.cli import main
+
+    model = str(ROOT / "ir_examples" / "nasrnn.tir")
+    rep = tmp_path / "r.json"
+    args = ["run", model, "--device", "a100", "--no-verify", "-q", "--report"]
+    assert main(args + [str(rep)]) == 0
+    text = capsys.readouterr().out
+    report = json.loads(rep.read_text())
+    # iteration 2 joins 6 160 merge pairs (k_multi 2): over the match limit
+    assert report["rules_banned"] == {"merge_matmuls_axis1_2d": 1}
+    assert "held back by the scheduler" in text and "merge_matmuls_axis1_2d" in text
+    assert main(args + [str(tmp_path / "every.json"), "--match-limit", "0"]) == 0
+    every = json.loads((tmp_path / "every.json").read_text())
+    assert every["rules_banned"] == {}
+    assert every["rules_fired"]["merge_matmuls_axis1_2d"] > 280       # the pairs got applied

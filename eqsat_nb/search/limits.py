@@ -13,9 +13,9 @@ class Limits:
     were built with k_multi 2, its paper's tables mostly use 1); egg's BackoffScheduler (a rule
     with more than `match_limit` matches in an iteration is banned for `ban_length` iterations,
     both doubled at each of its bans; None: every rule in every iteration, as TENSAT); a rule
-    family whose matches could take more than `budget_share` of the nodes left is banned too, and
-    that ban is not cut short when nothing else changes (None: no such ban); the node limit is
-    enforced within a rule's application."""
+    family that was banned before is banned again while its matches could take more than
+    `budget_share` of the nodes left, and that ban is not cut short when nothing else changes
+    (None: no such ban); the node limit is enforced within a rule's application."""
 
     node_limit: int = 50_000
     iter_limit: int = 15

@@ -25,7 +25,7 @@ from ..rules.apply import B_CONST, B_NODE, Applier, RuleCompileError, apply_matc
 from ..rules.compile import Program, compile_pattern
 from ..rules.match import MatchIndex, search
 from ..rules.multi import canonical_key, is_symmetric, join
-from ..rules.pattern import Rule
+from ..rules.pattern import PNode, Rule
 from .cycles import cycle_mask, heights
 from .limits import Limits, work_clock
 from .schedule import BackoffScheduler, Candidate
@@ -96,8 +96,9 @@ class _Compiled:
 
     @property
     def family(self) -> object:
-        """Equal for rule directions with the same source patterns up to variable renaming."""
-        return tuple(canonical_key(p)[0] for p in self.sources)
+        """Equal for rule directions with the same source patterns up to a renaming of variables
+        (one renaming for all sources: which variables they share matters)."""
+        return canonical_key(PNode("$sources", (), tuple(self.sources)))[0]
 
 
 def compile_rules(rules: Sequence[Rule], eg: EGraph) -> list[_Compiled]:

@@ -13,10 +13,12 @@ That alone still lets a flood in: with nothing else left, the bans are cut again
 threshold doubles each time, and ViT-Base's ewadd reassociations (7 000 matches, 28 000 nodes
 possible) are applied in iteration 8; the 22 000-node e-graph holds nothing better than the
 4 700-node one, but the ILP no longer closes its gap in 60 s. So, beyond egg, a rule family (rule
-directions with the same source patterns) whose matches could add more than `budget_share` of the
-nodes left under the limit is banned as well, and that ban is never cut short. BERT's matmul
-reassociations (7 100 matches, 14 000 nodes possible, 41 000 left) still get in, and they are what
-its 35 % needs (measured: shares 0.35-0.6 give both).
+directions with the same source patterns) that has flooded before (one of its rules was banned) is
+banned again while its matches could add more than `budget_share` of the nodes left under the
+limit, and that ban is never cut short. BERT's matmul reassociations (7 100 matches, 14 000 nodes
+possible, 41 000 left) still get in, and they are what its 35 % needs (measured: shares 0.35-0.6
+give both). Families that never flooded are not held to it: at a small node limit (MCTS's 2 000)
+every multi-pattern merge would fail it, and they are what the limit is for.
 
 Searching is semi-naive: a rule looks only for matches that involve something added since it last
 ran. A banned rule's matches are dropped, not applied, so each rule remembers the iteration it was
@@ -96,23 +98,30 @@ class BackoffScheduler:
         """The names among `found` (one iteration's searched rules) whose matches may be applied;
         the others are banned from `iteration` on.
 
-        egg's test, per rule: more matches than its threshold. Beyond egg, with `budget_share`:
-        a family (rule directions with the same source patterns, e.g. the two directions of one
-        associativity: they share their matches) whose admitted matches could add more than that
-        share of the `room` left under the node limit (`new_nodes` per match, an upper bound) is
-        banned as a whole, and that ban is `firm`: not cut short when nothing else changes
-        (`cut_bans`), which would let the family fill the budget after all."""
+        egg's test, per rule: more matches than its threshold. egg then lets a banned rule back
+        with its threshold doubled, and cuts bans short when nothing else changes, so a rule that
+        keeps flooding gets in after a few idle iterations all the same. Beyond egg, with
+        `budget_share`: a family (rule directions with the same source patterns, e.g. the two
+        directions of one associativity: they share their matches) one of whose rules was banned
+        before is banned again when its admitted matches could add more than that share of the
+        `room` left under the node limit (`new_nodes` per match, an upper bound), and that ban is
+        `firm`: not cut short (`cut_bans`). Families never banned are not held to it: at a
+        small node limit most multi-pattern merges would fail it, and they are what fills it."""
         ok = {c.name for c in found if c.matches <= self.threshold(c.name)}
         for c in found:
             if c.name not in ok:
                 self._ban(self._get(c.name), iteration, False)
         if self.budget_share is not None:
             adds: dict[object, int] = {}
+            flooded: set[object] = set()
             for c in found:
+                if self._get(c.name).times_banned:
+                    flooded.add(c.family)
                 if c.name in ok:
                     adds[c.family] = adds.get(c.family, 0) + c.matches * c.new_nodes
             for c in found:
-                if c.name in ok and adds[c.family] > self.budget_share * room:
+                if (c.name in ok and c.family in flooded
+                        and adds[c.family] > self.budget_share * room):
                     ok.discard(c.name)
                     self._ban(self._get(c.name), iteration, True)
         return ok
