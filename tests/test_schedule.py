@@ -146,6 +146,24 @@ def test_node_limit_within_a_rule_is_passed_by_less_than_one_match(limit, rules)
     assert unchunked.num_nodes > limit + most          # what the check after each rule gives
 
 
+@pytest.mark.parametrize("name", ["bert", "mobilenetv2"])
+def test_saturated_under_bans_is_a_fixpoint(name, rules):
+    """With bans, cut bans and per-rule semi-naive epochs, "saturated" still means what it says:
+    one more full search of every single-pattern rule (no schedule, every match) changes nothing.
+    (BERT's matmul reassociations are banned 15 times on the way; a rule that came back from a
+    ban and searched only since the previous iteration would miss matches.)"""
+    from eqsat_nb.search.saturate import run_iteration
+
+    eg, rep = _saturated(name, rules, iter_limit=100)
+    assert rep.stop_reason == "saturated"
+    if name == "bert":
+        assert sum(rep.banned.values()) >= 10
+    single = [r for r in compile_rules(rules, eg) if not r.is_multi]
+    every = Limits(node_limit=10**9, match_limit=None, budget_share=None)
+    _, _, changed = run_iteration(eg, single, every, len(rep.iterations) + 1, False, 0)
+    assert not changed
+
+
 def test_defaults():
     lim = Limits()
     assert (lim.node_limit, lim.iter_limit, lim.k_multi) == (50_000, 15, 2)
