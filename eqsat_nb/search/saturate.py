@@ -1,4 +1,4 @@
-"""Equality saturation with TENSAT's schedule.
+"""Equality saturation: TENSAT's rules and limits, egg's backoff scheduling.
 
 Each iteration searches every rule the scheduler lets run on the rebuilt e-graph (each distinct
 source pattern once), drops matches that would close a cycle, applies the rest (shape-checked, see
@@ -6,13 +6,14 @@ rules/apply.py), rebuilds, and filters the newest node of any cycle the unions s
 Multi-pattern rules run only in the first `k_multi` iterations. The scheduler (schedule.py, egg's
 BackoffScheduler) bans a rule for a few iterations when its matches exceed a threshold, so one
 family cannot fill the node budget alone; the node limit is enforced within a rule's application.
-The run stops when an iteration changes nothing and no rule is banned (saturated) or at the node,
-iteration or time limit.
+The run stops when an iteration changes nothing and no ban is left to cut short (saturated) or at
+the node, iteration or time limit.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
@@ -94,7 +95,7 @@ class _Compiled:
     def is_multi(self) -> bool:
         return len(self.sources) > 1
 
-    @property
+    @cached_property
     def family(self) -> object:
         """Equal for rule directions with the same source patterns up to a renaming of variables
         (one renaming for all sources: which variables they share matters)."""
