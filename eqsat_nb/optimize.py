@@ -63,6 +63,7 @@ class Result:
     rules_fired: dict[str, int]
     times: dict[str, float] = field(default_factory=dict)   # seconds per phase
     improved: bool = True         # False: the original was kept
+    rules_banned: dict[str, int] = field(default_factory=dict)   # saturate: bans per rule
     changes: list = field(default_factory=list)   # cost.explain.Change, largest saving first
 
     @property
@@ -91,6 +92,7 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
     if options.search == "saturate":
         report = saturate(eg, rules, options.limits, progress=on_iteration)
         iterations, stop, fired = len(report.iterations), report.stop_reason, report.applied
+        banned = report.banned
         times["search"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -114,6 +116,7 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
         eg = report.egraph
         iterations, stop = len(report.decisions), report.stop_reason
         fired, how = dict(report.rules_applied), report.extraction
+        banned = {}
         times["search"] = report.search_seconds
         times["extract"] = report.extract_seconds
         nodes = report.choice
@@ -129,7 +132,7 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
         optimized, after = graph, before
     return Result(graph, optimized, before, after, eg.num_nodes, eg.num_classes, iterations,
                   stop, how if improved else f"{how}; no cheaper graph, original kept", fired,
-                  times, improved, changes)
+                  times, improved, banned, changes)
 
 
 def _with_search_budget(options: Options) -> Options:

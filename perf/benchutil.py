@@ -46,7 +46,7 @@ _SATURATED: dict[str, Any] = {}
 
 
 def saturated_egraph(model: str) -> Any:
-    """The model's e-graph saturated at TENSAT's settings, built once per session and shared:
+    """The model's e-graph saturated at the default settings, built once per session and shared:
     do not modify it (take `.snapshot()` for a private copy)."""
     if model not in _SATURATED:
         from eqsat_nb.egraph import graph_to_egraph

@@ -1,4 +1,4 @@
-"""End to end per model: `optimize()` (graph → e-graph → saturation at TENSAT's settings
+"""End to end per model: `optimize()` (graph → e-graph → saturation at the default settings
 → analytic CPU costs → ocf extraction → graph) on every benchmark example; `extra_info` carries the
 estimated costs before and after and the speed-up, so a quality regression shows next to a speed
 one. Quick tier: a few small models; full tier: all of them."""

@@ -1,6 +1,6 @@
 """Matching and saturation: e-matching every rule over a saturated e-graph, the TENSAT models at
-TENSAT's settings (next to TENSAT's published exploration times, RESULTS.md, T4 GPU host), and the
-egglog side-by-side workloads (EGGLOG_WORKLOADS.md) with egglog run in the same test, so the
+the default settings (TENSAT's limits, k_multi 2, backoff; next to TENSAT's published exploration
+times, RESULTS.md, T4 GPU host), and the egglog side-by-side workloads (EGGLOG_WORKLOADS.md) with egglog run in the same test, so the
 ratio eqsat-nb / egglog in `extra_info` comes from one machine and one moment."""
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from eqsat_nb.rules.compile import compile_pattern
 from eqsat_nb.rules.match import MatchIndex, search
 from eqsat_nb.rules.parse import load_rules
 from eqsat_nb.search.saturate import Limits, Report, saturate
-from eqsat_nb.search.workloads import (ITERATION_CAP, build_workload, tensor_counts,
-                                       workload_rules)
+from eqsat_nb.search.workloads import (ITERATION_CAP, build_workload, egglog_limits,
+                                       tensor_counts, workload_rules)
 
 pytestmark = pytest.mark.usefixtures("warm_jit")
 
@@ -66,7 +66,8 @@ def test_ematch_all_rules(bench, benchmark, model):
                                    pytest.param(m, marks=pytest.mark.full)
                                    for m in sorted(TENSAT_EXPLORATION_S)])
 def test_tensat_model(bench, benchmark, model):
-    """Graph → e-graph → saturation at TENSAT's settings (50k nodes, 15 iterations, k_multi 1)."""
+    """Graph → e-graph → saturation at the default settings (TENSAT's 50k nodes and 15
+    iterations, k_multi 2, backoff scheduling)."""
     graph = load(example(model))
     rules = load_rules(RULES)
 
@@ -92,8 +93,7 @@ WORKLOADS = QUICK_WORKLOADS + [pytest.param(*w, marks=pytest.mark.full) for w in
 
 def _limits(kind: str) -> Limits:
     """egglog's schedule: no node limit, no cycle filter, stop at saturation or the cap."""
-    return Limits(node_limit=10**12, iter_limit=ITERATION_CAP[kind], k_multi=0,
-                  filter_cycles=False)
+    return egglog_limits(kind)
 
 
 def _saturate_workload(kind: str, size: int, bench, benchmark):

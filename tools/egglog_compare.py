@@ -16,8 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from eqsat_nb.search.saturate import Limits, saturate
-from eqsat_nb.search.workloads import ITERATION_CAP, build_workload, tensor_counts, workload_rules
+from eqsat_nb.search.saturate import saturate
+from eqsat_nb.search.workloads import (ITERATION_CAP, build_workload, egglog_limits,
+                                       tensor_counts, workload_rules)
 from eqsat_nb.warmup import warm_up
 
 DEFAULT_PLAN = {"mm_chain": [20, 40, 80], "add_ac": [8, 10, 11], "mlp": [100, 1000, 10000],
@@ -29,8 +30,7 @@ def ours(kind: str, size: int, repeats: int) -> tuple[tuple[int, int], float]:
     for _ in range(repeats):
         eg = build_workload(kind, size)
         rules = workload_rules(kind)
-        limits = Limits(node_limit=10**12, iter_limit=ITERATION_CAP[kind], k_multi=0,
-                        filter_cycles=False)
+        limits = egglog_limits(kind)
         start = time.perf_counter()
         saturate(eg, rules, limits)
         times.append(time.perf_counter() - start)

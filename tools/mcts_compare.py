@@ -1,12 +1,15 @@
 """TENSAT-mode saturation vs MCTS at the same node limit and cost model, like the paper's Table 2.
 
 For every benchmark model in ir_examples/ (the 13 of Hartmann et al. 2024, `--models` for a
-subset): TENSAT mode (`saturate` with Limits(node_limit=2000), TENSAT's defaults otherwise, then
-the same final extraction) and MCTS (`mcts_optimize`, budget 128, depth 10, node limit 2000), both
-priced by the analytic cost model for `--device`. Prints a Markdown table: estimated cost before
-and after (microseconds), speed-up % ((before / after - 1) x 100, as the papers report it),
-optimization time (search + extraction), MCTS decisions and rules, and the paper's MCTS OCF/ILP
-speed-up and time (RESULTS.md, A100) next to ours.
+subset): TENSAT mode (`saturate` with Limits(node_limit=2000), the defaults otherwise: k_multi 2,
+backoff scheduling, the limit enforced within a rule; then the same final extraction), TENSAT's own
+schedule at the same limit (every rule in every iteration, the limit checked after each rule,
+k_multi 1 as in TENSAT's tables; `--tensat-k-multi`), and MCTS (`mcts_optimize`, budget 128, depth
+10, node limit 2000), all priced by the analytic cost model for `--device`. Prints a Markdown
+table: estimated cost before and after (microseconds), speed-up % ((before / after - 1) x 100, as
+the papers report it), optimization time (search + extraction), MCTS decisions and rules, how
+MCTS compares with each (<: cheaper, =, >: dearer), and the paper's MCTS OCF/ILP speed-up and
+time (RESULTS.md, A100) next to ours.
 
     python tools/mcts_compare.py [--models bert nasrnn ...] [--device cpu|a100|h100]
         [--budget 128] [--seed 0] [--workers 1] [--final ilp|ocf] [--out table.md]
@@ -67,10 +70,16 @@ def final_extract(eg, model, method: str, ilp_time_limit: float) -> tuple[float,
     return cost, how
 
 
-def tensat(graph, rules, model, args) -> dict:
+def tensat(graph, rules, model, args, own_schedule: bool = False) -> dict:
+    """`saturate` at the node limit and the final extraction; `own_schedule`: TENSAT's (every
+    rule in every iteration, the limit checked after each rule, `--tensat-k-multi`)."""
     t = time.perf_counter()
     eg = graph_to_egraph(graph)
-    rep = saturate(eg, rules, Limits(node_limit=args.node_limit))
+    limits = Limits(node_limit=args.node_limit)
+    if own_schedule:
+        limits = Limits(node_limit=args.node_limit, k_multi=args.tensat_k_multi,
+                        match_limit=None, budget_share=None, chunked_node_limit=False)
+    rep = saturate(eg, rules, limits)
     search_s = time.perf_counter() - t
     cost, how = final_extract(eg, model, args.final, args.ilp_time_limit)
     return {"cost": cost, "how": how, "seconds": time.perf_counter() - t, "search_s": search_s,
@@ -116,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop at the first decision whose actions all have mean value 0")
     ap.add_argument("--zero-patience", type=int, default=MctsOptions.zero_patience,
                     help="stop after this many zero-value decisions in a row (-1: never)")
+    ap.add_argument("--tensat-k-multi", type=int, default=1,
+                    help="k_multi of the TENSAT's-own-schedule column (default 1, its tables')")
     ap.add_argument("--out", help="also write the Markdown table here")
     ap.add_argument("--json", help="write the raw results as JSON here")
     args = ap.parse_args(argv)
@@ -123,33 +134,40 @@ def main(argv: list[str] | None = None) -> int:
     warm_up()
     rules = load_rules(data_dir("rules"))
     model = AnalyticCostModel(args.device)
-    head = ("| model | before µs | TENSAT after | TENSAT % | TENSAT s | MCTS after | MCTS % | "
-            "MCTS s | decisions / rules | paper MCTS % | paper OCF/ILP s | ours faster |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|")
+    head = ("| model | before µs | TENSAT mode after | TENSAT mode % | TENSAT mode s | "
+            "TENSAT's schedule % | MCTS after | MCTS % | MCTS s | MCTS vs mode / schedule | "
+            "decisions / rules | paper MCTS % | paper OCF/ILP s | ours faster |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows, raw = [], {}
     print(f"device profile: analytic {args.device}; node limit {args.node_limit}; budget "
           f"{args.budget}, depth {args.depth}, c_uct {args.c_uct}, seed {args.seed}, workers "
           f"{args.workers}; rewards {args.reward}; final extraction {args.final}; zero-value "
-          f"decisions: {'stop' if args.stop_on_zero else f'patience {args.zero_patience}'}",
-          flush=True)
+          f"decisions: {'stop' if args.stop_on_zero else f'patience {args.zero_patience}'}; "
+          f"TENSAT's schedule: k_multi {args.tensat_k_multi}", flush=True)
     print(head, flush=True)
+
+    def mark(ours: float, theirs: float) -> str:
+        return "<" if ours < theirs * (1 - 1e-9) else ("=" if ours <= theirs * (1 + 1e-9)
+                                                       else ">")
     for name in args.models:
         graph = load(data_dir("ir_examples") / f"{name}.tir")
         before = graph_cost(model, graph)
         t = tensat(graph, rules, model, args)
+        o = tensat(graph, rules, model, args, own_schedule=True)
         m = mcts(graph, rules, model, args)
-        t_after, m_after = min(t["cost"], before), min(m["cost"], before)
+        t_after, o_after = min(t["cost"], before), min(o["cost"], before)
+        m_after = min(m["cost"], before)
         paper = PAPER.get(name, (name, float("nan"), float("nan"), float("nan")))
         ratio = paper[2] / m["seconds"] if m["seconds"] else float("inf")
-        mark = "<" if m_after < t_after * (1 - 1e-9) else ("=" if m_after <= t_after * (1 + 1e-9)
-                                                           else ">")
         row = (f"| {paper[0]} | {before:.1f} | {t_after:.1f} | {pct(before, t_after):.2f} | "
-               f"{t['seconds']:.2f} | {m_after:.1f} {mark} | {pct(before, m_after):.2f} | "
-               f"{m['seconds']:.2f} | {len(m['decisions'])} / {len(m['rules'])} | {paper[1]:.2f} "
-               f"| {paper[2]:.1f} | {ratio:.1f}× |")
+               f"{t['seconds']:.2f} | {pct(before, o_after):.2f} | {m_after:.1f} | "
+               f"{pct(before, m_after):.2f} | {m['seconds']:.2f} | {mark(m_after, t_after)} / "
+               f"{mark(m_after, o_after)} | {len(m['decisions'])} / {len(m['rules'])} | "
+               f"{paper[1]:.2f} | {paper[2]:.1f} | {ratio:.1f}× |")
         rows.append(row)
         print(row, flush=True)
-        raw[name] = {"before": before, "tensat": t, "mcts": m, "paper": paper}
+        raw[name] = {"before": before, "tensat": t, "tensat_schedule": o, "mcts": m,
+                     "paper": paper}
     table = "\n".join([head] + rows)
     if args.out:
         Path(args.out).write_text(table + "\n")

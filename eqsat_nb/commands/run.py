@@ -122,6 +122,10 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
     s.add_argument("--k-multi", type=int, default=DEFAULT_LIMITS.k_multi,
                    help="iterations in which multi-pattern rules run "
                    f"(default {DEFAULT_LIMITS.k_multi})")
+    s.add_argument("--match-limit", type=int, default=DEFAULT_LIMITS.match_limit,
+                   help="saturate: matches a rule may have in an iteration before it is banned "
+                   "for a few iterations (egg's BackoffScheduler; default %(default)s); 0: every "
+                   "rule in every iteration, no bans (TENSAT's schedule)")
     s.add_argument("--time-limit", type=float, default=DEFAULT_LIMITS.time_limit,
                    help="seconds (default %(default)g): for run, the wall-clock budget that "
                    "search, extraction and verification share (Numba compilation on a first run "
@@ -147,8 +151,11 @@ def options_from_args(args: argparse.Namespace):
     """`optimize.Options` from the parsed command line."""
     from ..optimize import Options
 
+    every_rule = args.match_limit is not None and args.match_limit <= 0
     limits = Limits(node_limit=args.node_limit or DEFAULT_LIMITS.node_limit,
-                    iter_limit=args.iter_limit, k_multi=args.k_multi, time_limit=args.time_limit)
+                    iter_limit=args.iter_limit, k_multi=args.k_multi, time_limit=args.time_limit,
+                    match_limit=None if every_rule else args.match_limit,
+                    budget_share=None if every_rule else DEFAULT_LIMITS.budget_share)
     mcts = None
     if args.search == "mcts":
         from ..search.mcts import MctsOptions
@@ -447,6 +454,7 @@ def make_report(model: str, result, check, cost_name: str, budget=None) -> dict[
         "improved": result.improved,
         "changes": [c.as_dict() for c in result.changes],
         "rules_fired": dict(sorted(result.rules_fired.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "rules_banned": dict(sorted(result.rules_banned.items())),
         "times_s": result.times,
         "time_budget": None if budget is None else {
             "limit_s": budget.seconds, "used_s": budget.elapsed(),
@@ -502,6 +510,11 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
         shown = ", ".join(f"{k} x{v}" for k, v in list(fired.items())[:8])
         more = f", ... ({len(fired)} rules)" if len(fired) > 8 else ""
         lines.append(f"  rules fired: {shown}{more}")
+    banned = r.get("rules_banned")
+    if banned:
+        shown = ", ".join(list(banned)[:6]) + (f", ... ({len(banned)} rules)"
+                                               if len(banned) > 6 else "")
+        lines.append(f"  rules held back by the scheduler (too many matches): {shown}")
     v = r["verification"]
     if not v:
         lines.append("  not verified (--no-verify)")

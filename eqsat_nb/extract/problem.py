@@ -69,16 +69,25 @@ def from_egraph(eg: EGraph, costs: np.ndarray) -> ExtractionProblem:
     n_all = eg.num_nodes
     flags = eg.nodes[N_FLAGS, :n_all]
     cand = np.nonzero((flags & (F_DEAD | F_FILTERED)) == 0)[0].astype(np.int32)
-    canon = eg.canonical(eg.nodes[N_CLS, cand])
-    class_ids, node_class = np.unique(canon, return_inverse=True)
-    node_class = node_class.astype(np.int32)
-    n_classes = int(class_ids.size)
-    dense = np.full(n_all, -1, np.int32)
-    dense[class_ids] = np.arange(n_classes, dtype=np.int32)
-    nch = eg.nodes[N_NCH, cand].astype(np.int32)
-    mask = np.arange(eg.children.shape[1])[None, :] < nch[:, None]
-    flat = np.ascontiguousarray(eg.children[cand][mask], np.int32)
-    child_class = dense[eg.canonical(flat)] if flat.size else np.zeros(0, np.int32)
+    while True:
+        canon = eg.canonical(eg.nodes[N_CLS, cand])
+        class_ids, node_class = np.unique(canon, return_inverse=True)
+        node_class = node_class.astype(np.int32)
+        n_classes = int(class_ids.size)
+        dense = np.full(n_all, -1, np.int32)
+        dense[class_ids] = np.arange(n_classes, dtype=np.int32)
+        nch = eg.nodes[N_NCH, cand].astype(np.int32)
+        mask = np.arange(eg.children.shape[1])[None, :] < nch[:, None]
+        flat = np.ascontiguousarray(eg.children[cand][mask], np.int32)
+        child_class = dense[eg.canonical(flat)] if flat.size else np.zeros(0, np.int32)
+        if not child_class.size or child_class.min() >= 0:
+            break
+        # a child class without candidates (its nodes all dead or cycle-filtered: the class is
+        # only derivable through a cycle) makes its users underivable: drop them, and so on up
+        owner = np.repeat(np.arange(cand.size), nch)
+        keep = np.ones(cand.size, bool)
+        keep[owner[child_class < 0]] = False
+        cand = cand[keep]
     child_start = np.zeros(cand.size + 1, np.int32)
     child_start[1:] = np.cumsum(nch)
     order = np.argsort(node_class, kind="stable").astype(np.int32)

@@ -32,9 +32,11 @@ Extraction costs are cached by e-graph fingerprint.
 Deviations from the paper (measured or forced): rewards are normalised by the original cost
 (`c_uct` is a fraction of it); in the rollouts the node limit is applied in chunks within a rule
 (one action cannot overshoot it by thousands of nodes), while a decision on the real e-graph may
-finish its rule past the limit as TENSAT mode does, up to twice the limit (measured: on ViT-Large
-stopping the merge rule at the limit lost 0.8 of TENSAT mode's 1.8 %); a multi-pattern action joins at most
-`multi_match_limit` match pairs (first in the join's key order, so deterministic).
+finish its rule past the limit as TENSAT's own schedule does (it checks the limit after each rule;
+`saturate` now enforces it within a rule), up to twice the limit (measured: on ViT-Large stopping
+the merge rule at the limit lost 0.8 of TENSAT's 1.8 %); a multi-pattern action joins at most
+`multi_match_limit` match pairs (first in the join's key order, so deterministic). The saturation
+scheduler (backoff, schedule.py) does not apply: MCTS chooses one rule per step itself.
 
 Root parallelism: an `Executor` maps "run k simulations from this root with seed s" over workers;
 per-action visits and values are summed into one decision. `ProcessExecutor` uses a process pool;
@@ -93,7 +95,7 @@ class MctsOptions:
     max_decisions: int = 1000
     # multi-pattern matches joined per action: an action never adds more than `node_limit` nodes
     # in a useful way, while unrelated sources (relu x relu) join to (#relu)^2 pairs that are all
-    # cycle-checked; TENSAT mode's 1 000 000 applies to its single early multi-pattern iteration
+    # cycle-checked; saturate's 1 000 000 applies to its k_multi early multi-pattern iterations
     multi_match_limit: int = 20_000
     # True (the paper's loop): a decision whose actions all have mean value 0 still applies one
     # (the most visited); False stops there ("no improving action")
@@ -218,8 +220,8 @@ class Context:
         self.limits = Limits(node_limit=options.node_limit,
                              multi_match_limit=options.multi_match_limit,
                              chunked_node_limit=True)
-        # a decision on the real e-graph finishes its rule past the limit, as TENSAT mode (which
-        # checks the limit after each rule) does, but only up to twice the limit: one
+        # a decision on the real e-graph finishes its rule past the limit, as TENSAT's schedule
+        # (which checks the limit after each rule) does, but only up to twice the limit: one
         # multi-pattern action on ResNet-50 would add 120 000 nodes
         self.decision_limits = Limits(node_limit=2 * options.node_limit,
                                       multi_match_limit=options.multi_match_limit,

@@ -1,15 +1,19 @@
-"""Equality saturation with TENSAT's schedule.
+"""Equality saturation: TENSAT's rules and limits, egg's backoff scheduling.
 
-Each iteration searches every rule on the rebuilt e-graph (each distinct source pattern once),
-drops matches that would close a cycle, applies the rest (shape-checked, see rules/apply.py),
-rebuilds, and filters the newest node of any cycle the unions still made. Multi-pattern rules run
-only in the first `k_multi` iterations. The run stops when an iteration changes nothing
-(saturated) or at the node, iteration or time limit.
+Each iteration searches every rule the scheduler lets run on the rebuilt e-graph (each distinct
+source pattern once), drops matches that would close a cycle, applies the rest (shape-checked, see
+rules/apply.py), rebuilds, and filters the newest node of any cycle the unions still made.
+Multi-pattern rules run only in the first `k_multi` iterations. The scheduler (schedule.py, egg's
+BackoffScheduler) bans a rule for a few iterations when its matches exceed a threshold, so one
+family cannot fill the node budget alone; the node limit is enforced within a rule's application.
+The run stops when an iteration changes nothing and no ban is left to cut short (saturated) or at
+the node, iteration or time limit.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
@@ -22,9 +26,10 @@ from ..rules.apply import B_CONST, B_NODE, Applier, RuleCompileError, apply_matc
 from ..rules.compile import Program, compile_pattern
 from ..rules.match import MatchIndex, search
 from ..rules.multi import canonical_key, is_symmetric, join
-from ..rules.pattern import Rule
+from ..rules.pattern import PNode, Rule
 from .cycles import cycle_mask, heights
 from .limits import Limits, work_clock
+from .schedule import BackoffScheduler, Candidate
 
 
 @dataclass
@@ -35,6 +40,7 @@ class RuleStats:
     rejected_shape: int = 0
     rejected_cycle: int = 0
     merged: int = 0
+    banned: bool = False        # over the scheduler's threshold: matches dropped, rule banned
 
 
 @dataclass
@@ -66,6 +72,16 @@ class Report:
                     out[name] = out.get(name, 0) + st.applied
         return out
 
+    @property
+    def banned(self) -> dict[str, int]:
+        """Bans per rule over the whole run (rules the scheduler held back at least once)."""
+        out: dict[str, int] = {}
+        for it in self.iterations:
+            for name, st in it.rules.items():
+                if st.banned:
+                    out[name] = out.get(name, 0) + 1
+        return out
+
 
 @dataclass
 class _Compiled:
@@ -78,6 +94,12 @@ class _Compiled:
     @property
     def is_multi(self) -> bool:
         return len(self.sources) > 1
+
+    @cached_property
+    def family(self) -> object:
+        """Equal for rule directions with the same source patterns up to a renaming of variables
+        (one renaming for all sources: which variables they share matters)."""
+        return canonical_key(PNode("$sources", (), tuple(self.sources)))[0]
 
 
 def compile_rules(rules: Sequence[Rule], eg: EGraph) -> list[_Compiled]:
@@ -104,15 +126,17 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
     """Run equality saturation on `eg` in place."""
     start, work_start = time.perf_counter(), work_clock()
     compiled = compile_rules(rules, eg)
+    scheduler = BackoffScheduler(limits.match_limit, limits.ban_length, limits.incremental,
+                                 limits.budget_share)
+    multi = {r.name for r in compiled if r.is_multi}
     iterations: list[Iteration] = []
     stop = "iteration limit"
     for it in range(limits.iter_limit):
         if work_clock() - work_start > limits.time_limit:     # Numba compilation not counted
             stop = "time limit"
             break
-        since = it if limits.incremental and it > 0 else 0
         record, hit_limit, changed = run_iteration(eg, compiled, limits, it + 1,
-                                                   it < limits.k_multi, since)
+                                                   it < limits.k_multi, scheduler=scheduler)
         iterations.append(record)
         _compact_if_mostly_dead(eg, compiled)
         if progress is not None:
@@ -120,7 +144,8 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
         if hit_limit:
             stop = "node limit"
             break
-        if not changed:
+        if not changed and not scheduler.cut_bans(
+                it + 1, lambda name: it + 1 < limits.k_multi or name not in multi):
             stop = "saturated"
             break
     return Report(iterations, stop, time.perf_counter() - start)
@@ -144,26 +169,44 @@ def _compact_if_mostly_dead(eg: EGraph, compiled: Sequence[_Compiled]) -> None:
 
 
 def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, number: int = 1,
-                  with_multi: bool = True, since: int = 0) -> tuple[Iteration, bool, bool]:
+                  with_multi: bool = True, since: int = 0,
+                  scheduler: BackoffScheduler | None = None) -> tuple[Iteration, bool, bool]:
     """One iteration of `compiled` on `eg` in place: search, filter, apply, rebuild, filter.
 
     `number` is the 1-based iteration number (it stamps the epoch that `since` reads: a later
-    call with `since=number` searches only matches involving what this one added). Returns the
-    statistics, whether the node limit stopped it, and whether the e-graph changed. A step-wise
-    search (MCTS) calls this with one rule at a time.
+    call with `since=number` searches only matches involving what this one added). With a
+    `scheduler` it decides which rules run and each rule's own `since` (the argument is then
+    ignored), and bans a rule whose matches exceed its threshold. Returns the statistics, whether
+    the node limit stopped it, and whether the e-graph changed. A step-wise search (MCTS) calls
+    this with one rule at a time.
     """
     before = (eg.num_nodes, eg.num_unions)
     t0 = time.perf_counter()
+    stats: dict[str, RuleStats] = {}
+    if scheduler is not None:
+        compiled = [r for r in compiled if scheduler.may_search(r.name, number)
+                    and (with_multi or not r.is_multi)]
+        sinces = [scheduler.since(r.name) for r in compiled]
+        since = max(sinces, default=0)      # the usual one: the index lists its new nodes first
+    else:
+        sinces = [since] * len(compiled)
     index = MatchIndex(eg, since)
     height = None
     reversed_edges = [np.zeros(0, np.int64)] * 2    # cycle_mask's, built once per iteration
     if limits.filter_cycles:
         found = np.full(1, -1, np.int64)
         height = heights(index.cstart, index.cnodes, eg.nodes, eg.children, eg.classes, found)
-    found_matches = _search_all(compiled, eg, index, with_multi, limits, since)
+    found_matches = _search_all(compiled, eg, index, with_multi, limits, sinces)
+    if scheduler is not None:
+        found = [Candidate(r.name, r.family, len(found_matches[r.name]), r.applier.new_nodes)
+                 for r in compiled if r.name in found_matches]
+        ok = scheduler.admit(found, number, limits.node_limit - eg.num_nodes)
+        for c in found:
+            if c.name not in ok:
+                stats[c.name] = RuleStats(matches=c.matches, banned=True)
+                del found_matches[c.name]
     eg.meta[M_EPOCH] = number          # what this iteration adds or merges is new next time
     t1 = time.perf_counter()
-    stats: dict[str, RuleStats] = {}
     consts = shape_consts(eg.lits)
     hit_limit = False
     pending_unions: list[np.ndarray] = []
@@ -184,13 +227,15 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
             return block[keep]
 
         if len(rows) and limits.chunked_node_limit:
-            # rows are cycle-checked only as far as they get applied: a row's check reads the
-            # e-graph as the iteration found it, so the kept rows and chunks are the same as
-            # checking all first (a multi-pattern action joins 20 000 pairs for a few hundred)
-            per = max(rule.applier.new_nodes, 1)     # an upper bound per match
+            # chunks of at most as many matches as the room left could take (`new_nodes` bounds a
+            # match's nodes), so the limit is passed by less than one match's nodes. Rows are
+            # cycle-checked only as far as they get applied: a row's check reads the e-graph as
+            # the iteration found it, so the kept rows and chunks are the same as checking all
+            # first (a multi-pattern action joins 20 000 pairs for a few hundred)
+            per = max(rule.applier.new_nodes, 1)
             ready, pos = rows[:0], 0
             while eg.num_nodes < limits.node_limit:
-                k = max(16, (limits.node_limit - eg.num_nodes) // per)
+                k = max(1, (limits.node_limit - eg.num_nodes) // per)
                 while len(ready) < k and pos < len(rows):
                     block = rows[pos:pos + max(k, 1024)]
                     pos += len(block)
@@ -199,11 +244,15 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
                     break
                 pending_unions.append(_apply(eg, rule.applier, ready[:k], consts, st))
                 ready = ready[k:]
+            if len(ready) or pos < len(rows):
+                hit_limit = True            # matches left over: the rule stopped at the limit
         elif len(rows):
             rows = acyclic(rows)
             if len(rows):
                 pending_unions.append(_apply(eg, rule.applier, rows, consts, st))
-        if eg.num_nodes > limits.node_limit:
+        if scheduler is not None:
+            scheduler.applied(rule.name, number)
+        if hit_limit or eg.num_nodes > limits.node_limit:
             hit_limit = True
             break
     t2 = time.perf_counter()
@@ -224,16 +273,17 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
 
 
 def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_multi: bool,
-                limits: Limits, since: int) -> dict[str, np.ndarray]:
-    """Match rows per rule direction; each distinct source pattern is searched once.
+                limits: Limits, since: int | Sequence[int]) -> dict[str, np.ndarray]:
+    """Match rows per rule direction; each distinct source pattern is searched once per `since`.
 
-    Semi-naive with `since` > 0: a single-pattern rule gets the matches new since that epoch; a
-    multi-pattern rule the pairs with at least one new match, new × all ∪ all × new (each source
-    is also searched in full: new × new alone would lose every pair of a new match with an old
-    one, e.g. a merged pair with a third matmul)."""
+    Semi-naive with `since` > 0 (one for all rules, or one per rule): a single-pattern rule gets
+    the matches new since that epoch; a multi-pattern rule the pairs with at least one new match,
+    new × all ∪ all × new (each source is also searched in full: new × new alone would lose every
+    pair of a new match with an old one, e.g. a merged pair with a third matmul)."""
+    sinces = [since] * len(compiled) if isinstance(since, (int, np.integer)) else list(since)
     cache: dict[object, tuple[np.ndarray, tuple[str, ...], dict[str, str]]] = {}
     out: dict[str, np.ndarray] = {}
-    for rule in compiled:
+    for rule, since in zip(compiled, sinces):
         if rule.is_multi and not with_multi:
             continue
         srcs = [(p, f"$check{s}_") for s, p in enumerate(rule.sources)]

@@ -85,10 +85,16 @@ def workload_rules(kind: str):
     return parse_rules(WORKLOAD_RULES[key], f"<{kind} rules>")
 
 
+def egglog_limits(kind: str, iters: int | None = None, incremental: bool = True) -> Limits:
+    """egglog's schedule: every rule in every iteration (no backoff), no node limit, no cycle
+    filter; stop at saturation or the iteration cap."""
+    return Limits(node_limit=10**12, iter_limit=iters or ITERATION_CAP[kind], k_multi=0,
+                  filter_cycles=False, incremental=incremental, chunked_node_limit=False,
+                  match_limit=None, budget_share=None)
+
+
 def run_workload(kind: str, size: int, iters: int | None = None,
                  incremental: bool = True) -> tuple[EGraph, Report]:
     """Build and saturate one workload with egglog's semantics."""
     eg = build_workload(kind, size)
-    limits = Limits(node_limit=10**12, iter_limit=iters or ITERATION_CAP[kind], k_multi=0,
-                    filter_cycles=False, incremental=incremental)
-    return eg, saturate(eg, workload_rules(kind), limits)
+    return eg, saturate(eg, workload_rules(kind), egglog_limits(kind, iters, incremental))
