@@ -157,5 +157,5 @@ def test_tiers_select():
     full = _pytest([*files, "--collect-only", "-q", "--full"])
     assert quick.returncode == 0 and full.returncode == 0, quick.stdout + full.stdout
     assert "test_parse_check[tiny_mlp]" in quick.stdout
-    for name in ("test_compile.py::test_cold_start_compile", "test_parse_check_largest"):
+    for name in ("test_compile.py::test_cold_run_nasrnn", "test_parse_check_largest"):
         assert name not in quick.stdout and name in full.stdout
