@@ -93,7 +93,7 @@ def test_order_formulation_agrees():
         a = extract_ilp(p, in_process=True)
         b = extract_ilp(p, in_process=True, acyclic="order")
         check(p, b)
-        assert b.cuts == 0
+        assert b.stats.get("rounds", 0) <= 1      # ordering rows: no lazy cuts, one solve
         assert a.cost == b.cost
 
 

@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 __all__ = ["IlpResult", "extract_ilp"]
+
+RESTRICT = (4, 16, 64)          # candidates per class in the restricted primal phases
+RESTRICT_SHARE = 0.25           # of the time left, at most, for each restricted phase
+RESTRICT_MAX_FRACTION = 0.7     # a restricted model this close to the full one is skipped
 
 
 @dataclass
@@ -48,11 +52,12 @@ class IlpResult:
     gap: float              # (cost - bound) / max(|cost|, 1e-9); 0 when proven optimal
     optimal: bool
     seconds: float
-    cuts: int               # cycle cuts added
+    cuts: int               # class sets whose cycles were cut (2-cycles up front, then lazily)
     status: str             # "optimal" | "time_limit" | "killed" | "infeasible" | "inconsistent"
     #                         | "error: ..."; "inconsistent": HiGHS's answer contradicted itself
     #                         or a checked selection, and the best verified selection is returned
     resolves: int = 0       # solves repeated without the MIP start (see _solve)
+    stats: dict = field(default_factory=dict)   # presolve and model sizes, solve rounds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,8 +168,9 @@ def _find_cycles(P: dict, choice: np.ndarray, limit: int = 200) -> list[list[int
     return cycles
 
 
-def _knuth_greedy(P: dict, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Knuth's generalised Dijkstra over the alive nodes with tree costs: (choice, productive).
+def _knuth_greedy(P: dict, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Knuth's generalised Dijkstra over the alive nodes with tree costs: (choice, productive,
+    tree cost per class).
     A class is chosen only after all children of its chosen node, so the result is acyclic."""
     C = P["n_classes"]
     N = P["node_class"].size
@@ -198,27 +204,189 @@ def _knuth_greedy(P: dict, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             missing[j] -= 1
             if missing[j] == 0 and not done[ncls[j]]:
                 heapq.heappush(heap, (float(acc[j]), j))
-    return choice, done
+    return choice, done, tree
 
 
 # ---------------------------------------------------------------------------------------------
 # Presolve
 
-def _presolve(P: dict) -> dict:
+def _scc_labels(n: int, start: np.ndarray, adj: np.ndarray) -> np.ndarray:
+    """Tarjan's strongly connected components of the CSR digraph (start, adj), iteratively.
+    Labels are in emission order: every edge goes to a component with a label <= its own."""
+    index = np.full(n, -1, np.int64)
+    low = np.zeros(n, np.int64)
+    label = np.full(n, -1, np.int64)
+    onstack = np.zeros(n, bool)
+    stack: list[int] = []
+    counter = 0
+    ncomp = 0
+    st = start.tolist()
+    ad = adj.tolist()
+    for r in range(n):
+        if index[r] >= 0:
+            continue
+        work = [(r, st[r])]
+        index[r] = low[r] = counter
+        counter += 1
+        stack.append(r)
+        onstack[r] = True
+        while work:
+            v, e = work[-1]
+            if e < st[v + 1]:
+                work[-1] = (v, e + 1)
+                w = ad[e]
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    onstack[w] = True
+                    work.append((w, st[w]))
+                elif onstack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                if low[v] < low[u]:
+                    low[u] = low[v]
+            if low[v] == index[v]:
+                while True:
+                    w = stack.pop()
+                    onstack[w] = False
+                    label[w] = ncomp
+                    if w == v:
+                        break
+                ncomp += 1
+    return label
+
+
+def _class_graph(C: int, cand: list[list[int]], kids: list[frozenset], model: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """CSR class -> distinct child classes over the candidates, model classes only."""
+    start = np.zeros(C + 1, np.int64)
+    adj: list[int] = []
+    for c in range(C):
+        if model[c]:
+            ks: set[int] = set()
+            for i in cand[c]:
+                ks.update(k for k in kids[i] if model[k])
+            adj.extend(sorted(ks))
+        start[c + 1] = len(adj)
+    return start, np.array(adj, np.int64)
+
+
+def _mandatory(P: dict, cand: list[list[int]], kids: list[frozenset], model: np.ndarray,
+               order: np.ndarray, comp: np.ndarray, nparents: np.ndarray,
+               max_words: int = 1 << 23) -> np.ndarray:
+    """bool[C]: model classes that every acyclic selection for the roots uses.
+
+    M(c) = ∩_{i∈c} ∪_{k∈kids(i)} ({k} ∪ M(k)) (the classes every acyclic derivation of c uses);
+    iterated from M = ∅ in children-first component order, every iterate is a subset of the
+    true sets, so what is found is sound also on cyclic e-graphs (where the iteration may stop
+    early). Sets are bitsets over the "target" classes only: the roots, classes with several
+    candidates and classes with several parent classes; a mandatory class that is none of these
+    has a single parent class, and on an acyclic e-graph every candidate of that parent uses it,
+    so propagating the intersection of candidates' children from the mandatory classes finds the
+    rest (on cyclic ones it finds a subset: still sound)."""
+    C = P["n_classes"]
+    roots = [int(r) for r in P["roots"] if model[int(r)]]
+    ncand = np.array([len(x) for x in cand])
+    target = model & ((ncand >= 2) | (nparents >= 2))
+    target[roots] = True
+    tid = np.full(C, -1, np.int64)
+    tid[target] = np.arange(int(target.sum()))
+    W = (int(target.sum()) + 63) // 64
+    must = np.zeros(C, bool)
+    todo: list[int] = []
+    if W and C * W <= max_words:
+        M = np.zeros((C, W), np.uint64)
+        one = np.uint64(1)
+        bit_w = tid >> 6
+        bit_v = np.array([one << np.uint64(t & 63) if t >= 0 else 0 for t in tid], np.uint64)
+        zero = np.zeros(W, np.uint64)
+        # component members in emission (children-first) order
+        by_comp: dict[int, list[int]] = {}
+        for c in order:
+            by_comp.setdefault(int(comp[c]), []).append(int(c))
+        for lab in sorted(by_comp):
+            members = by_comp[lab]
+            passes = 1 if len(members) == 1 else 50
+            for _ in range(passes):
+                changed = False
+                for c in members:
+                    acc = None
+                    for i in cand[c]:
+                        u = zero.copy()
+                        for k in kids[i]:
+                            if model[k]:
+                                u |= M[k]
+                                if tid[k] >= 0:
+                                    u[bit_w[k]] |= bit_v[k]
+                        acc = u if acc is None else (acc & u)
+                        if not acc.any():
+                            break
+                    if acc is not None and not np.array_equal(acc, M[c]):
+                        M[c] = acc
+                        changed = True
+                if not changed:
+                    break
+        tclasses = np.nonzero(target)[0]
+        for r in roots:
+            bits = np.unpackbits(M[r].view(np.uint8), bitorder="little")[: tclasses.size]
+            for c in tclasses[bits.astype(bool)]:
+                if not must[c]:
+                    must[c] = True
+                    todo.append(int(c))
+    for r in roots:
+        if not must[r]:
+            must[r] = True
+            todo.append(r)
+    while todo:               # the intersection of a mandatory class's candidates' children
+        c = todo.pop()
+        inter = None
+        for i in cand[c]:
+            ks = {k for k in kids[i] if model[k]}
+            inter = ks if inter is None else (inter & ks)
+            if not inter:
+                break
+        for k in inter or ():
+            if not must[k]:
+                must[k] = True
+                todo.append(k)
+    return must
+
+
+def _presolve(P: dict, ub: float = float("inf")) -> dict:
+    """Reduce the problem before it becomes a model (see the module docstring). `ub`: the cost
+    of a known valid selection; nodes that cannot be part of anything cheaper are dropped."""
+    t0 = time.perf_counter()
     C = P["n_classes"]
     N = P["node_class"].size
     cs, cc, ncls, cost = P["child_start"], P["child_class"], P["node_class"], P["node_cost"]
-    kids = [frozenset(int(k) for k in cc[cs[i]: cs[i + 1]]) for i in range(N)]
+    kids = [frozenset(cc[cs[i]: cs[i + 1]].tolist()) for i in range(N)]
     alive = np.array([int(ncls[i]) not in kids[i] for i in range(N)], bool)
-    greedy, productive = _knuth_greedy(P, alive)
-    for i in range(N):
-        if alive[i] and not all(productive[k] for k in kids[i]):
-            alive[i] = False
+    greedy, productive, _ = _knuth_greedy(P, alive)
+    g = _valid_cost(P, greedy)
+    if g is not None:
+        ub = min(ub, g)
+    stats: dict[str, Any] = {"self_loops": int(N - alive.sum())}
+
+    def drop_unproductive(prod: np.ndarray) -> int:
+        n = 0
+        for i in np.nonzero(alive)[0]:
+            if not all(prod[k] for k in kids[i]):
+                alive[i] = False
+                n += 1
+        return n
+
+    stats["unproductive"] = drop_unproductive(productive)
+    class_nodes = [P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]].tolist()
+                   for c in range(C)]
     rep = np.arange(N, dtype=np.int64)          # dropped dominated node -> kept dominator
     fixed = np.full(C, -1, np.int64)            # class fixed to a zero-cost leaf
+    dominated = 0
     for c in range(C):
-        cand = [int(i) for i in P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]]
-                if alive[i]]
+        cand = [i for i in class_nodes[c] if alive[i]]
         leaves = [i for i in cand if not kids[i] and cost[i] <= 0.0]
         if leaves:
             fixed[c] = leaves[0]
@@ -235,25 +403,241 @@ def _presolve(P: dict) -> dict:
                     if cost[i] <= cost[j] and kids[i] <= kids[j]:
                         alive[j] = False
                         rep[j] = i
+                        dominated += 1
                         break
                 else:
                     kept.append(j)
-    # reachability from the roots over the alive nodes
-    reach = np.zeros(C, bool)
-    todo = [int(r) for r in P["roots"]]
-    for r in todo:
-        reach[r] = True
-    while todo:
-        c = todo.pop()
-        for i in P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]]:
-            if alive[i]:
-                for k in kids[int(i)]:
-                    if not reach[k]:
-                        reach[k] = True
-                        todo.append(k)
+    stats["dominated"] = dominated
     feasible = bool(all(productive[int(r)] for r in P["roots"]))
+    high_cost = 0
+    while True:
+        # reachability from the roots over the alive nodes
+        reach = np.zeros(C, bool)
+        todo = [int(r) for r in P["roots"]]
+        reach[todo] = True
+        while todo:
+            c = todo.pop()
+            for i in class_nodes[c]:
+                if alive[i]:
+                    for k in kids[i]:
+                        if not reach[k]:
+                            reach[k] = True
+                            todo.append(k)
+        model = reach & (fixed < 0)
+        cand = [[i for i in class_nodes[c] if alive[i]] if model[c] else [] for c in range(C)]
+        gstart, gadj = _class_graph(C, cand, kids, model)
+        comp = _scc_labels(C, gstart, gadj)
+        order = np.argsort(comp, kind="stable")
+        nparents = np.zeros(C, np.int64)
+        np.add.at(nparents, gadj, 1)
+        must = (_mandatory(P, cand, kids, model, order, comp, nparents) if feasible
+                else np.zeros(C, bool))
+        if not np.isfinite(ub) or not feasible:
+            break
+        # a node whose own cost plus the least cost of the mandatory classes (its own class's
+        # counted once) exceeds ub is in no selection cheaper than ub
+        minc = np.zeros(C)
+        for c in np.nonzero(model)[0]:
+            minc[c] = min(cost[i] for i in cand[c])
+        lbm = float(minc[must & model].sum())
+        limit = ub + 1e-7 * max(1.0, abs(ub))
+        dropped = 0
+        for c in np.nonzero(model)[0]:
+            base = lbm - (minc[c] if must[c] else 0.0)
+            for i in cand[c]:
+                if base + cost[i] > limit:
+                    alive[i] = False
+                    dropped += 1
+        high_cost += dropped
+        if not dropped:
+            break
+        _, productive, _ = _knuth_greedy(P, alive)
+        drop_unproductive(productive)
+        if not all(productive[int(r)] for r in P["roots"]):   # cannot happen: ub is attained
+            feasible = False
+    sizes = np.bincount(comp[model], minlength=int(comp.max(initial=0)) + 1)
+    cyclic = model & (sizes[comp] > 1)
+    stats.update(high_cost=high_cost, classes=int(model.sum()),
+                 nodes=int(sum(len(x) for x in cand)), fixed=int((fixed >= 0).sum()),
+                 mandatory=int((must & model).sum()), cyclic_classes=int(cyclic.sum()),
+                 cyclic_components=int(np.unique(comp[cyclic]).size),
+                 seconds=round(time.perf_counter() - t0, 3))
     return {"alive": alive, "rep": rep, "fixed": fixed, "reach": reach, "kids": kids,
-            "greedy": greedy, "feasible": feasible}
+            "greedy": greedy, "feasible": feasible, "model": model, "cand": cand,
+            "must": must & model, "comp": comp, "cyclic": cyclic, "stats": stats}
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+
+class _Model:
+    """The HiGHS model of a presolved problem: columns a_c (model classes), x_i (their
+    candidates), t_c (classes of cyclic components, acyclic="order" only)."""
+
+    def __init__(self, P: dict, pre: dict, opts: dict):
+        import highspy
+
+        self.P, self.pre = P, pre
+        C = P["n_classes"]
+        cost = P["node_cost"]
+        kids, cand, must, cyclic, comp = (pre["kids"], pre["cand"], pre["must"], pre["cyclic"],
+                                          pre["comp"])
+        if not opts.get("mandatory", True):
+            must = np.zeros_like(must)
+        mclasses = np.nonzero(pre["model"])[0]
+        self.a_col = a_col = np.full(C, -1, np.int64)
+        a_col[mclasses] = np.arange(mclasses.size)
+        self.nodes = nodes = np.array([i for c in mclasses for i in cand[c]], np.int64)
+        self.nA = nA = mclasses.size
+        self.x_col = x_col = np.full(P["node_class"].size, -1, np.int64)
+        x_col[nodes] = nA + np.arange(nodes.size)
+        self.ncol = ncol = nA + nodes.size
+        self.order = order = opts.get("acyclic", "cuts") == "order"
+        tclasses = np.nonzero(cyclic)[0] if order else np.zeros(0, np.int64)
+        self.t_col = t_col = np.full(C, -1, np.int64)
+        t_col[tclasses] = ncol + np.arange(tclasses.size)
+        self.ntotal = ntotal = ncol + tclasses.size
+        sizes = np.bincount(comp[cyclic], minlength=int(comp.max(initial=0)) + 1)
+
+        self.h = h = highspy.Highs()
+        self.inf = inf = highspy.kHighsInf
+        h.setOptionValue("output_flag", bool(opts.get("verbose", False)))
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("random_seed", int(opts.get("seed", 0)))
+        h.setOptionValue("mip_rel_gap", float(opts.get("rel_gap", 0.0)))
+        h.setOptionValue("mip_abs_gap", 1e-7)
+        for k, v in (opts.get("highs") or {}).items():
+            h.setOptionValue(k, v)
+        lower = np.zeros(ntotal)
+        upper = np.ones(ntotal)
+        lower[a_col[mclasses[must[mclasses]]]] = 1.0           # mandatory classes
+        for r in P["roots"]:
+            if a_col[r] >= 0:
+                lower[a_col[r]] = 1.0
+        for c in tclasses:
+            upper[t_col[c]] = max(int(sizes[comp[c]]) - 1, 0)
+        self.obj = obj = np.zeros(ntotal)
+        obj[nA: ncol] = cost[nodes]
+        h.addVars(ntotal, lower, upper)
+        h.changeColsCost(ntotal, np.arange(ntotal, dtype=np.int32), obj)
+        h.changeColsIntegrality(ncol, np.arange(ncol, dtype=np.int32),
+                                np.full(ncol, 1, np.uint8))   # kInteger
+        rl: list[float] = []
+        ru: list[float] = []
+        starts: list[int] = []
+        idx: list[int] = []
+        val: list[float] = []
+
+        def row(lo: float, hi: float, cols: list[int], coefs: list[float]) -> None:
+            rl.append(lo)
+            ru.append(hi)
+            starts.append(len(idx))
+            idx.extend(cols)
+            val.extend(coefs)
+
+        # per class: Σ x = a; per (class, child class): Σ_{i uses k} x_i <= a_k (a_c <= a_k when
+        # every candidate uses k; nothing when k is mandatory: a_k = 1)
+        self.uses: dict[tuple[int, int], list[int]] = {}      # in-component edges only
+        agg = opts.get("rows", "class")
+        skip_must = opts.get("skip_must", True)
+        pairs = 0
+        for c in mclasses:
+            xs = [int(x_col[i]) for i in cand[c]]
+            row(0.0, 0.0, xs + [int(a_col[c])], [1.0] * len(xs) + [-1.0])
+            users: dict[int, list[int]] = {}
+            for i in cand[c]:
+                for k in kids[i]:
+                    if a_col[k] >= 0:
+                        users.setdefault(k, []).append(i)
+            for k, us in users.items():
+                if cyclic[c] and comp[k] == comp[c]:
+                    self.uses[(int(c), int(k))] = us
+                if must[k] and skip_must:
+                    continue
+                pairs += 1
+                if len(us) == len(xs) and agg != "node":
+                    row(-inf, 0.0, [int(a_col[c]), int(a_col[k])], [1.0, -1.0])
+                elif agg == "class":
+                    row(-inf, 0.0, [int(x_col[i]) for i in us] + [int(a_col[k])],
+                        [1.0] * len(us) + [-1.0])
+                else:
+                    for i in us:
+                        row(-inf, 0.0, [int(x_col[i]), int(a_col[k])], [1.0, -1.0])
+        # cyclic components: 2-cycles up front (x_{c->k} + x_{k->c} <= a_c and <= a_k); with
+        # acyclic="order" also t_c >= t_k + 1 when c uses k (big-M = the component's size)
+        self.seen: set[frozenset] = set()
+        two = 0
+        for (c, k), us in self.uses.items():
+            if order:
+                M = float(sizes[comp[c]])
+                row(1.0 - M, inf, [int(t_col[c]), int(t_col[k])] + [int(x_col[i]) for i in us],
+                    [1.0, -1.0] + [-M] * len(us))
+            if c < k and (k, c) in self.uses:
+                back = self.uses[(k, c)]
+                cols = [int(x_col[i]) for i in us + back]
+                for end in (c, k):
+                    row(-inf, 0.0, cols + [int(a_col[end])], [1.0] * len(cols) + [-1.0])
+                self.seen.add(frozenset((c, k)))
+                two += 1
+        if rl:
+            h.addRows(len(rl), np.array(rl), np.array(ru), len(idx), np.array(starts, np.int32),
+                      np.array(idx, np.int32), np.array(val, np.float64))
+        self.stats = {"columns": int(ntotal), "rows": len(rl), "child_rows": pairs,
+                      "two_cycles": two}
+
+    def cycle_cut(self, classes: list[int]) -> int:
+        """Rows for the class set S of a cycle: each c in S is active only if some candidate of S
+        uses no class of S (in an acyclic selection the active part of S has a sink). Returns
+        1, or 0 when S was cut before."""
+        S = frozenset(classes)
+        if S in self.seen:
+            return 0
+        self.seen.add(S)
+        cand, kids = self.pre["cand"], self.pre["kids"]
+        entry = [int(self.x_col[i]) for c in S for i in cand[c] if not (kids[i] & S)]
+        for c in S:
+            cols = entry + [int(self.a_col[c])]
+            self.h.addRow(-self.inf, 0.0, len(cols), np.array(cols, np.int32),
+                          np.array([-1.0] * len(entry) + [1.0]))
+        return 1
+
+    def start_vector(self, choice: np.ndarray) -> np.ndarray | None:
+        """Column values of a valid selection (dominated nodes mapped to their dominators), or
+        None when it does not fit the model."""
+        P, pre = self.P, self.pre
+        rep, fixed = pre["rep"], pre["fixed"]
+        sel = np.array(choice, np.int64)
+        for c in np.nonzero(sel >= 0)[0]:
+            j = int(sel[c])
+            while rep[j] != j:
+                j = int(rep[j])
+            sel[c] = j
+        if _valid_cost(P, sel) is None:
+            return None
+        _, topo = _post_order(P, sel)
+        v = np.zeros(self.ntotal)
+        rank: dict[int, int] = {}
+        for c in topo:
+            if fixed[c] >= 0:
+                continue
+            if self.a_col[c] < 0 or self.x_col[sel[c]] < 0:
+                return None
+            v[self.a_col[c]] = 1.0
+            v[self.x_col[sel[c]]] = 1.0
+            if self.t_col[c] >= 0:      # position among its component's selected classes
+                lab = int(pre["comp"][c])
+                v[self.t_col[c]] = rank.get(lab, 0)
+                rank[lab] = rank.get(lab, 0) + 1
+        return v
+
+    def selection(self, colv: np.ndarray) -> np.ndarray:
+        C = self.P["n_classes"]
+        fixed = self.pre["fixed"]
+        sel = np.full(C, -1, np.int64)
+        sel[fixed >= 0] = fixed[fixed >= 0]
+        xs = colv[self.nA: self.ncol] > 0.5
+        sel[self.P["node_class"][self.nodes[xs]]] = self.nodes[xs]
+        return sel
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,182 +647,56 @@ def _solve(P: dict, opts: dict) -> dict:
     import highspy
 
     t0 = time.perf_counter()
-    time_limit = float(opts["time_limit"])
-    C = P["n_classes"]
+    deadline = t0 + float(opts["time_limit"])
     cost = P["node_cost"]
     if np.any(cost < 0):
         raise ValueError("extract_ilp needs non-negative node costs")
-    pre = _presolve(P)
     out = {"choice": None, "cost": float("inf"), "bound": 0.0, "cuts": 0, "status": "infeasible",
-           "optimal": False}
+           "optimal": False, "stats": {}}
+    # best known valid selection: the given warm start (its cost bounds the presolve)
+    best, best_cost = None, float("inf")
+    ws = opts.get("warm_start")
+    v = _valid_cost(P, ws)
+    if v is not None:
+        best, best_cost = _trimmed(P, np.asarray(ws, np.int64)), v
+    pre = _presolve(P, best_cost if opts.get("presolve_bound", True) else float("inf"))
+    stats = {"presolve": pre["stats"]}
+    out["stats"] = stats
     if not pre["feasible"]:
         return out
-    alive, fixed, reach, kids, rep = (pre["alive"], pre["fixed"], pre["reach"], pre["kids"],
-                                      pre["rep"])
+    v = _valid_cost(P, pre["greedy"])
+    if v is not None and v < best_cost:
+        best, best_cost = _trimmed(P, pre["greedy"]), v
 
-    # best known valid selection: the given warm start or the acyclic greedy
-    best, best_cost = None, float("inf")
-    for cand in (opts.get("warm_start"), pre["greedy"]):
-        v = _valid_cost(P, cand)
-        if v is not None and v < best_cost:
-            best, best_cost = _trimmed(P, np.asarray(cand, np.int64)), v
-
-    # model columns: x for alive nodes in reachable, unfixed classes; a for those classes
-    mclasses = np.nonzero(reach & (fixed < 0))[0]
-    a_col = np.full(C, -1, np.int64)
-    a_col[mclasses] = np.arange(mclasses.size)
-    nodes = np.array([i for c in mclasses
-                      for i in P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]]
-                      if alive[i]], np.int64)
-    nA = mclasses.size
-    x_col = np.full(P["node_class"].size, -1, np.int64)
-    x_col[nodes] = nA + np.arange(nodes.size)
-    ncol = nA + nodes.size
-    order = opts.get("acyclic", "cuts") == "order"
-    ncol_total = ncol + (nA if order else 0)
-
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", bool(opts.get("verbose", False)))
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("random_seed", int(opts.get("seed", 0)))
-    h.setOptionValue("mip_rel_gap", float(opts.get("rel_gap", 0.0)))
-    h.setOptionValue("mip_abs_gap", 1e-7)
-    inf = highspy.kHighsInf
-    lower = np.zeros(ncol_total)
-    upper = np.ones(ncol_total)
-    for r in P["roots"]:
-        if a_col[r] >= 0:
-            lower[a_col[r]] = 1.0
-    obj = np.zeros(ncol_total)
-    obj[nA: ncol] = cost[nodes]
-    if order:
-        upper[ncol:] = max(nA - 1, 0)
-    h.addVars(ncol_total, lower, upper)
-    h.changeColsCost(ncol_total, np.arange(ncol_total, dtype=np.int32), obj)
-    h.changeColsIntegrality(ncol, np.arange(ncol, dtype=np.int32),
-                            np.full(ncol, 1, np.uint8))   # kInteger
-    rl, ru, starts, idx, val = [], [], [], [], []
-
-    def row(lo, hi, cols, coefs):
-        rl.append(lo)
-        ru.append(hi)
-        starts.append(len(idx))
-        idx.extend(cols)
-        val.extend(coefs)
-
-    for c in mclasses:
-        xs = [int(x_col[i]) for i in P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]]
-              if alive[i]]
-        row(0.0, 0.0, xs + [int(a_col[c])], [1.0] * len(xs) + [-1.0])
-    M = float(nA)
-    for i in nodes:
-        ci = int(a_col[P["node_class"][i]])
-        for k in kids[int(i)]:
-            if a_col[k] >= 0:
-                row(-inf, 0.0, [int(x_col[i]), int(a_col[k])], [1.0, -1.0])
-                if order:  # t_c - t_k - M x_i >= 1 - M
-                    row(1.0 - M, inf, [ncol + ci, ncol + int(a_col[k]), int(x_col[i])],
-                        [1.0, -1.0, -M])
-    if rl:
-        h.addRows(len(rl), np.array(rl), np.array(ru), len(idx), np.array(starts, np.int32),
-                  np.array(idx, np.int32), np.array(val, np.float64))
-
-    def start_vector(choice: np.ndarray) -> np.ndarray | None:
-        sel = np.array(choice, np.int64)
-        for c in range(C):                       # dominated / non-leaf -> representative
-            if sel[c] >= 0:
-                j = int(sel[c])
-                while rep[j] != j:
-                    j = int(rep[j])
-                sel[c] = j
-        if _valid_cost(P, sel) is None:
-            return None
-        _, _, state = _dag_walk(P, sel)
-        v = np.zeros(ncol_total)
-        for c in np.nonzero(state == 2)[0]:
-            if fixed[c] >= 0:
-                continue
-            if a_col[c] < 0 or x_col[sel[c]] < 0:
-                return None
-            v[a_col[c]] = 1.0
-            v[x_col[sel[c]]] = 1.0
-        if order:   # topological positions: a class after all of its children
-            _, topo = _post_order(P, sel)
-            for pos_, c in enumerate(topo):
-                if a_col[c] >= 0:
-                    v[ncol + a_col[c]] = min(pos_, max(nA - 1, 0))
-        return v
-
-    # class-cycle cuts: for classes c_1 -> ... -> c_k -> c_1, at most k-1 of the node sets
-    # S_j = {model nodes of c_j using c_{j+1}} may be selected (one node per class at most)
-    by_class: dict[int, list[int]] = {}
-    for i in nodes:
-        by_class.setdefault(int(P["node_class"][i]), []).append(int(i))
-    seen_cuts: set[tuple[int, ...]] = set()
-
-    def class_cycle_cut(classes: list[int]) -> bool:
-        cols: list[int] = []
-        k = len(classes)
-        for j, c in enumerate(classes):
-            nxt = classes[(j + 1) % k]
-            cols += [int(x_col[i]) for i in by_class.get(c, ()) if nxt in kids[i]]
-        key = tuple(sorted(cols))
-        if key in seen_cuts or not cols:
-            return False
-        seen_cuts.add(key)
-        h.addRow(-inf, float(k - 1), len(key), np.array(key, np.int32), np.ones(len(key)))
-        return True
-
-    cuts = 0
-    if not order:           # every 2-cycle of classes up front (inverse rewrites make many)
-        uses = {c: set().union(*(kids[i] for i in by_class[c])) for c in by_class}
-        for c, ks in uses.items():
-            for k in ks:
-                if k > c and k in uses and c in uses[k]:
-                    cuts += class_cycle_cut([c, k])
-    bound = 0.0             # HiGHS's dual bound (fixed classes cost 0: the model's bound is ours)
-    status = "time_limit"
-    resolves = 0
-    deadline = t0 + time_limit
-    while True:
-        if time.perf_counter() >= deadline:
+    # primal phases: the model over each class's K candidates of least tree cost (and the best
+    # selection's), K growing while such a restricted model still solves to optimality in its
+    # share of the time; each answer is a valid selection and the next phase's start
+    stats["restricted"] = []
+    full_nodes = sum(len(x) for x in pre["cand"])
+    for k in opts.get("restrict", RESTRICT):
+        left = deadline - time.perf_counter()
+        if left <= 0:
             break
-        if ncol:
-            v = start_vector(best) if best is not None else None
-            kind, ms, colv, db, again = run_checked(h, obj, v, deadline)
-            resolves += again
-            if np.isfinite(db):
-                bound = max(bound, db)      # cuts only tighten the model: every bound holds
-            if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
-                status = kind if kind in ("infeasible", "inconsistent") else status
-                break
-        else:
-            ms = highspy.HighsModelStatus.kOptimal
-            colv = np.zeros(0)
-        sel = np.full(C, -1, np.int64)
-        sel[fixed >= 0] = fixed[fixed >= 0]
-        if ncol:
-            xs = colv[nA: ncol] > 0.5
-            sel[P["node_class"][nodes[xs]]] = nodes[xs]
-        cyc = _find_cycles(P, sel)
-        if not cyc:
-            v = _valid_cost(P, sel)
-            if v is None or (ncol and v > float(obj @ colv) + _tol(v)):
-                status = "inconsistent"     # an acyclic model solution is a valid selection
-                break
-            if v < best_cost:
-                best, best_cost = _trimmed(P, sel), v
-            if ms == highspy.HighsModelStatus.kOptimal:
-                status = "optimal"
+        t = time.perf_counter()
+        sub = _restricted(P, pre, int(k), best)
+        n_sub = sum(len(x) for x in sub["cand"])
+        if n_sub > RESTRICT_MAX_FRACTION * full_nodes:
             break
-        added = 0
-        for cy in cyc:
-            if any(x_col[i] < 0 for i in cy):
-                raise AssertionError("cycle through a node outside the model")
-            added += class_cycle_cut([int(P["node_class"][i]) for i in cy])
-        if not added:
-            raise AssertionError("a cycle survived its own cut")
-        cuts += added
+        loop = _cut_loop(P, _Model(P, sub, opts), best, best_cost,
+                         t + RESTRICT_SHARE * left)
+        if loop["cost"] < best_cost:
+            best, best_cost = loop["best"], loop["cost"]
+        stats["restricted"].append({"k": int(k), "nodes": n_sub, "cost": loop["cost"],
+                                    "status": loop["status"],
+                                    "seconds": round(time.perf_counter() - t, 2)})
+        if loop["status"] != "optimal":
+            break
+    t = time.perf_counter()
+    m = _Model(P, pre, opts)
+    stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3)}
+    loop = _cut_loop(P, m, best, best_cost, deadline)
+    best, best_cost, bound, status = loop["best"], loop["cost"], loop["bound"], loop["status"]
+    stats["rounds"] = loop["rounds"]
     # "optimal" only when the bound proves the returned selection's cost, whatever HiGHS said
     optimal = best is not None and best_cost - bound <= _tol(best_cost) + \
         float(opts.get("rel_gap", 0.0)) * abs(best_cost)
@@ -448,9 +706,81 @@ def _solve(P: dict, opts: dict) -> dict:
         status = "optimal"
     elif status == "optimal" or (status == "infeasible" and best is not None):
         status = "inconsistent"
-    out.update(choice=best, cost=best_cost, bound=bound, cuts=cuts, status=status,
-               optimal=optimal, resolves=resolves)
+    out.update(choice=best, cost=best_cost, bound=bound, cuts=loop["cuts"], status=status,
+               optimal=optimal, resolves=loop["resolves"])
     return out
+
+
+def _restricted(P: dict, pre: dict, k: int, keep: np.ndarray | None) -> dict:
+    """`pre` with each model class cut down to its k candidates of least tree cost (children's
+    Knuth tree costs summed), plus the node `keep` selects there."""
+    _, _, tree = _knuth_greedy(P, pre["alive"])
+    cost = P["node_cost"]
+    cand = []
+    for c, cs in enumerate(pre["cand"]):
+        if len(cs) <= k:
+            cand.append(cs)
+            continue
+        score = sorted(cs, key=lambda i: (cost[i] + sum(tree[j] for j in pre["kids"][i]), i))
+        sel = score[:k]
+        if keep is not None and keep[c] >= 0:
+            j = int(keep[c])
+            while pre["rep"][j] != j:
+                j = int(pre["rep"][j])
+            if j not in sel and j in cs:
+                sel.append(j)
+        cand.append(sel)
+    return dict(pre, cand=cand)
+
+
+def _cut_loop(P: dict, m: "_Model", best, best_cost: float, deadline: float) -> dict:
+    """Solve `m` until its incumbent is acyclic (lazy cycle cuts), the deadline passes or HiGHS
+    stops: the best verified selection, its cost, HiGHS's dual bound, the status."""
+    import highspy
+
+    bound = 0.0             # HiGHS's dual bound (fixed classes cost 0: the model's bound is ours)
+    status = "time_limit"
+    resolves = 0
+    cuts = m.stats["two_cycles"]        # class sets cut: the 2-cycles up front, then lazily
+    rounds = 0
+    while True:
+        if time.perf_counter() >= deadline:
+            break
+        if m.ncol:
+            start = m.start_vector(best) if best is not None else None
+            kind, ms, colv, db, again = run_checked(m.h, m.obj, start, deadline)
+            rounds += 1
+            resolves += again
+            if np.isfinite(db):
+                bound = max(bound, db)      # cuts only tighten the model: every bound holds
+            if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
+                status = kind if kind in ("infeasible", "inconsistent") else status
+                break
+        else:
+            ms = highspy.HighsModelStatus.kOptimal
+            colv = np.zeros(0)
+        sel = m.selection(colv)
+        cyc = _find_cycles(P, sel)
+        if not cyc:
+            v = _valid_cost(P, sel)
+            if v is None or (m.ncol and v > float(m.obj @ colv) + _tol(v)):
+                status = "inconsistent"     # an acyclic model solution is a valid selection
+                break
+            if v < best_cost:
+                best, best_cost = _trimmed(P, sel), v
+            if ms == highspy.HighsModelStatus.kOptimal:
+                status = "optimal"
+            break
+        added = 0
+        for cy in cyc:
+            if any(m.x_col[i] < 0 for i in cy):
+                raise AssertionError("cycle through a node outside the model")
+            added += m.cycle_cut([int(P["node_class"][i]) for i in cy])
+        if not added:
+            raise AssertionError("a cycle survived its own cut")
+        cuts += added
+    return {"best": best, "cost": best_cost, "bound": bound, "status": status, "cuts": cuts,
+            "rounds": rounds, "resolves": resolves}
 
 
 def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
@@ -538,7 +868,8 @@ def _post_order(P: dict, sel: np.ndarray) -> tuple[bool, list[int]]:
 def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None = None,
                 seed: int = 0, *, in_process: bool = False, acyclic: str = "cuts",
                 rel_gap: float = 0.0, kill_margin: float = 10.0,
-                verbose: bool = False) -> IlpResult:
+                verbose: bool = False, highs_options: dict[str, Any] | None = None,
+                _experiment: dict | None = None) -> IlpResult:
     """Optimal DAG extraction (see the module docstring). `warm_start` (a valid selection, e.g.
     the greedy result) is the MIP start and the fallback; with `in_process=False` the solve runs
     in a spawned subprocess killed after `time_limit + kill_margin` seconds."""
@@ -554,7 +885,8 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
         if ws.shape != (problem.n_classes,) or not is_valid(problem, ws):
             ws = None
     opts = {"time_limit": time_limit, "warm_start": ws, "seed": seed, "acyclic": acyclic,
-            "rel_gap": rel_gap, "verbose": verbose}
+            "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {})}
+    opts.update(_experiment or {})
     if in_process:
         res = _solve(P, opts)
     else:
@@ -562,7 +894,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
     if res["status"] in ("killed",) or res["status"].startswith("error"):
         fb = ws
         if fb is None:
-            greedy, _ = _knuth_greedy(P, np.ones(P["node_class"].size, bool))
+            greedy, _, _ = _knuth_greedy(P, np.ones(P["node_class"].size, bool))
             fb = greedy if _valid_cost(P, greedy) is not None else None
         res.update(choice=None if fb is None else _trimmed(P, fb), bound=0.0, cuts=0,
                    optimal=False)
@@ -584,7 +916,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
         (cost - bound) / max(abs(cost), 1e-9) if np.isfinite(cost) else float("inf"))
     return IlpResult(choice, cost, bound, max(gap, 0.0), bool(res["optimal"]),
                      time.perf_counter() - t0, int(res["cuts"]), res["status"],
-                     int(res.get("resolves", 0)))
+                     int(res.get("resolves", 0)), dict(res.get("stats", {})))
 
 
 def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
