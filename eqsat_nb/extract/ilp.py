@@ -31,9 +31,10 @@ rely on).
 from __future__ import annotations
 
 import heapq
+import pickle
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -275,100 +276,15 @@ def _class_graph(C: int, cand: list[list[int]], kids: list[frozenset], model: np
     return start, np.array(adj, np.int64)
 
 
-def _mandatory(P: dict, cand: list[list[int]], kids: list[frozenset], model: np.ndarray,
-               order: np.ndarray, comp: np.ndarray, nparents: np.ndarray,
-               max_words: int = 1 << 23) -> np.ndarray:
-    """bool[C]: model classes that every acyclic selection for the roots uses.
-
-    M(c) = ∩_{i∈c} ∪_{k∈kids(i)} ({k} ∪ M(k)) (the classes every acyclic derivation of c uses);
-    iterated from M = ∅ in children-first component order, every iterate is a subset of the
-    true sets, so what is found is sound also on cyclic e-graphs (where the iteration may stop
-    early). Sets are bitsets over the "target" classes only: the roots, classes with several
-    candidates and classes with several parent classes; a mandatory class that is none of these
-    has a single parent class, and on an acyclic e-graph every candidate of that parent uses it,
-    so propagating the intersection of candidates' children from the mandatory classes finds the
-    rest (on cyclic ones it finds a subset: still sound)."""
-    C = P["n_classes"]
-    roots = [int(r) for r in P["roots"] if model[int(r)]]
-    ncand = np.array([len(x) for x in cand])
-    target = model & ((ncand >= 2) | (nparents >= 2))
-    target[roots] = True
-    tid = np.full(C, -1, np.int64)
-    tid[target] = np.arange(int(target.sum()))
-    W = (int(target.sum()) + 63) // 64
-    must = np.zeros(C, bool)
-    todo: list[int] = []
-    if W and C * W <= max_words:
-        M = np.zeros((C, W), np.uint64)
-        one = np.uint64(1)
-        bit_w = tid >> 6
-        bit_v = np.array([one << np.uint64(t & 63) if t >= 0 else 0 for t in tid], np.uint64)
-        zero = np.zeros(W, np.uint64)
-        # component members in emission (children-first) order
-        by_comp: dict[int, list[int]] = {}
-        for c in order:
-            by_comp.setdefault(int(comp[c]), []).append(int(c))
-        for lab in sorted(by_comp):
-            members = by_comp[lab]
-            passes = 1 if len(members) == 1 else 50
-            for _ in range(passes):
-                changed = False
-                for c in members:
-                    acc = None
-                    for i in cand[c]:
-                        u = zero.copy()
-                        for k in kids[i]:
-                            if model[k]:
-                                u |= M[k]
-                                if tid[k] >= 0:
-                                    u[bit_w[k]] |= bit_v[k]
-                        acc = u if acc is None else (acc & u)
-                        if not acc.any():
-                            break
-                    if acc is not None and not np.array_equal(acc, M[c]):
-                        M[c] = acc
-                        changed = True
-                if not changed:
-                    break
-        tclasses = np.nonzero(target)[0]
-        for r in roots:
-            bits = np.unpackbits(M[r].view(np.uint8), bitorder="little")[: tclasses.size]
-            for c in tclasses[bits.astype(bool)]:
-                if not must[c]:
-                    must[c] = True
-                    todo.append(int(c))
-    for r in roots:
-        if not must[r]:
-            must[r] = True
-            todo.append(r)
-    while todo:               # the intersection of a mandatory class's candidates' children
-        c = todo.pop()
-        inter = None
-        for i in cand[c]:
-            ks = {k for k in kids[i] if model[k]}
-            inter = ks if inter is None else (inter & ks)
-            if not inter:
-                break
-        for k in inter or ():
-            if not must[k]:
-                must[k] = True
-                todo.append(k)
-    return must
-
-
-def _presolve(P: dict, ub: float = float("inf")) -> dict:
-    """Reduce the problem before it becomes a model (see the module docstring). `ub`: the cost
-    of a known valid selection; nodes that cannot be part of anything cheaper are dropped."""
+def _presolve(P: dict) -> dict:
+    """Reduce the problem before it becomes a model (see the module docstring)."""
     t0 = time.perf_counter()
     C = P["n_classes"]
     N = P["node_class"].size
     cs, cc, ncls, cost = P["child_start"], P["child_class"], P["node_class"], P["node_cost"]
     kids = [frozenset(cc[cs[i]: cs[i + 1]].tolist()) for i in range(N)]
     alive = np.array([int(ncls[i]) not in kids[i] for i in range(N)], bool)
-    greedy, productive, _ = _knuth_greedy(P, alive)
-    g = _valid_cost(P, greedy)
-    if g is not None:
-        ub = min(ub, g)
+    greedy, productive, tree = _knuth_greedy(P, alive)
     stats: dict[str, Any] = {"self_loops": int(N - alive.sum())}
 
     def drop_unproductive(prod: np.ndarray) -> int:
@@ -409,62 +325,32 @@ def _presolve(P: dict, ub: float = float("inf")) -> dict:
                     kept.append(j)
     stats["dominated"] = dominated
     feasible = bool(all(productive[int(r)] for r in P["roots"]))
-    high_cost = 0
-    while True:
-        # reachability from the roots over the alive nodes
-        reach = np.zeros(C, bool)
-        todo = [int(r) for r in P["roots"]]
-        reach[todo] = True
-        while todo:
-            c = todo.pop()
-            for i in class_nodes[c]:
-                if alive[i]:
-                    for k in kids[i]:
-                        if not reach[k]:
-                            reach[k] = True
-                            todo.append(k)
-        model = reach & (fixed < 0)
-        cand = [[i for i in class_nodes[c] if alive[i]] if model[c] else [] for c in range(C)]
-        gstart, gadj = _class_graph(C, cand, kids, model)
-        comp = _scc_labels(C, gstart, gadj)
-        order = np.argsort(comp, kind="stable")
-        nparents = np.zeros(C, np.int64)
-        np.add.at(nparents, gadj, 1)
-        must = (_mandatory(P, cand, kids, model, order, comp, nparents) if feasible
-                else np.zeros(C, bool))
-        if not np.isfinite(ub) or not feasible:
-            break
-        # a node whose own cost plus the least cost of the mandatory classes (its own class's
-        # counted once) exceeds ub is in no selection cheaper than ub
-        minc = np.zeros(C)
-        for c in np.nonzero(model)[0]:
-            minc[c] = min(cost[i] for i in cand[c])
-        lbm = float(minc[must & model].sum())
-        limit = ub + 1e-7 * max(1.0, abs(ub))
-        dropped = 0
-        for c in np.nonzero(model)[0]:
-            base = lbm - (minc[c] if must[c] else 0.0)
-            for i in cand[c]:
-                if base + cost[i] > limit:
-                    alive[i] = False
-                    dropped += 1
-        high_cost += dropped
-        if not dropped:
-            break
-        _, productive, _ = _knuth_greedy(P, alive)
-        drop_unproductive(productive)
-        if not all(productive[int(r)] for r in P["roots"]):   # cannot happen: ub is attained
-            feasible = False
+    # reachability from the roots over the alive nodes
+    reach = np.zeros(C, bool)
+    todo = [int(r) for r in P["roots"]]
+    reach[todo] = True
+    while todo:
+        c = todo.pop()
+        for i in class_nodes[c]:
+            if alive[i]:
+                for k in kids[i]:
+                    if not reach[k]:
+                        reach[k] = True
+                        todo.append(k)
+    model = reach & (fixed < 0)
+    cand = [[i for i in class_nodes[c] if alive[i]] if model[c] else [] for c in range(C)]
+    gstart, gadj = _class_graph(C, cand, kids, model)
+    comp = _scc_labels(C, gstart, gadj)
     sizes = np.bincount(comp[model], minlength=int(comp.max(initial=0)) + 1)
     cyclic = model & (sizes[comp] > 1)
-    stats.update(high_cost=high_cost, classes=int(model.sum()),
+    stats.update(classes=int(model.sum()),
                  nodes=int(sum(len(x) for x in cand)), fixed=int((fixed >= 0).sum()),
-                 mandatory=int((must & model).sum()), cyclic_classes=int(cyclic.sum()),
+                 cyclic_classes=int(cyclic.sum()),
                  cyclic_components=int(np.unique(comp[cyclic]).size),
                  seconds=round(time.perf_counter() - t0, 3))
     return {"alive": alive, "rep": rep, "fixed": fixed, "reach": reach, "kids": kids,
-            "greedy": greedy, "feasible": feasible, "model": model, "cand": cand,
-            "must": must & model, "comp": comp, "cyclic": cyclic, "stats": stats}
+            "greedy": greedy, "tree": tree, "feasible": feasible, "model": model, "cand": cand,
+            "comp": comp, "cyclic": cyclic, "stats": stats}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,10 +366,7 @@ class _Model:
         self.P, self.pre = P, pre
         C = P["n_classes"]
         cost = P["node_cost"]
-        kids, cand, must, cyclic, comp = (pre["kids"], pre["cand"], pre["must"], pre["cyclic"],
-                                          pre["comp"])
-        if not opts.get("mandatory", True):
-            must = np.zeros_like(must)
+        kids, cand, cyclic, comp = pre["kids"], pre["cand"], pre["cyclic"], pre["comp"]
         mclasses = np.nonzero(pre["model"])[0]
         self.a_col = a_col = np.full(C, -1, np.int64)
         a_col[mclasses] = np.arange(mclasses.size)
@@ -497,7 +380,7 @@ class _Model:
         self.t_col = t_col = np.full(C, -1, np.int64)
         t_col[tclasses] = ncol + np.arange(tclasses.size)
         self.ntotal = ntotal = ncol + tclasses.size
-        sizes = np.bincount(comp[cyclic], minlength=int(comp.max(initial=0)) + 1)
+        sizes_c = np.bincount(comp[cyclic], minlength=int(comp.max(initial=0)) + 1)
 
         self.h = h = highspy.Highs()
         self.inf = inf = highspy.kHighsInf
@@ -510,66 +393,90 @@ class _Model:
             h.setOptionValue(k, v)
         lower = np.zeros(ntotal)
         upper = np.ones(ntotal)
-        lower[a_col[mclasses[must[mclasses]]]] = 1.0           # mandatory classes
         for r in P["roots"]:
             if a_col[r] >= 0:
                 lower[a_col[r]] = 1.0
         for c in tclasses:
-            upper[t_col[c]] = max(int(sizes[comp[c]]) - 1, 0)
+            upper[t_col[c]] = max(int(sizes_c[comp[c]]) - 1, 0)
         self.obj = obj = np.zeros(ntotal)
         obj[nA: ncol] = cost[nodes]
         h.addVars(ntotal, lower, upper)
         h.changeColsCost(ntotal, np.arange(ntotal, dtype=np.int32), obj)
         h.changeColsIntegrality(ncol, np.arange(ncol, dtype=np.int32),
                                 np.full(ncol, 1, np.uint8))   # kInteger
+        # per class: Σ x - a = 0
+        ncand = np.array([len(cand[c]) for c in mclasses], np.int64)
+        node_cls = P["node_class"][nodes].astype(np.int64)
+        ends = np.cumsum(ncand + 1) - 1
+        cols = np.empty(int(ncand.sum()) + nA, np.int64)
+        vals = np.ones(cols.size)
+        cols[ends], vals[ends] = a_col[mclasses], -1.0
+        member = np.ones(cols.size, bool)
+        member[ends] = False
+        cols[member] = x_col[nodes]             # `nodes` lists each class's candidates in turn
+        blocks = [(np.zeros(nA), np.zeros(nA), np.repeat(np.arange(nA), ncand + 1), cols, vals)]
+        # per (class c, child class k): Σ_{i in c uses k} x_i - a_k <= 0, or a_c - a_k <= 0 when
+        # every candidate of c uses k: one row per class pair, not one per node, and no weaker
+        owner = np.repeat(np.arange(nodes.size), [len(kids[i]) for i in nodes])
+        child = np.fromiter((k for i in nodes for k in kids[i]), np.int64, owner.size)
+        keep = a_col[child] >= 0 if child.size else np.zeros(0, bool)
+        owner, child = owner[keep], child[keep]
+        pc = node_cls[owner]
+        key = pc * C + child
+        order_ = np.argsort(key, kind="stable")
+        owner, child, pc, key = owner[order_], child[order_], pc[order_], key[order_]
+        first = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
+        gid = np.cumsum(first) - 1
+        gstart = np.flatnonzero(first)
+        gsize = np.diff(np.r_[gstart, key.size])
+        gc, gk = pc[gstart], child[gstart]
+        whole = gsize == ncand[a_col[gc]] if gc.size else np.zeros(0, bool)
+        nrow = gstart.size
+        # rows: whole groups [a_c, a_k] (1, -1); others [x_i..., a_k] (1..., -1)
+        sizes = np.where(whole, 2, gsize + 1)
+        row_of_entry = np.repeat(np.arange(nrow), sizes)
+        pos = np.zeros(sizes.sum(), np.int64)
+        val = np.ones(sizes.sum())
+        ends = np.cumsum(sizes) - 1
+        val[ends] = -1.0
+        pos[ends] = a_col[gk]
+        wr = np.flatnonzero(whole)
+        pos[ends[wr] - 1] = a_col[gc[wr]]
+        part = ~whole[gid]
+        slot = np.cumsum(sizes)[gid] - sizes[gid] + (np.arange(key.size) - gstart[gid])
+        pos[slot[part]] = x_col[nodes[owner[part]]]
+        blocks.append((np.full(nrow, -inf), np.zeros(nrow), row_of_entry, pos, val))
+        self.nrows = 0
+        for lo, hi, rows_, cols_, vals_ in blocks:
+            self._add_rows(lo, hi, rows_, cols_, vals_)
+        pairs = int(nrow)
+
+        # in-component class edges (c, k) and the candidates of c using k
+        self.uses: dict[tuple[int, int], list[int]] = {}
+        cyc_e = cyclic[gc] & (comp[gk] == comp[gc]) if gc.size else np.zeros(0, bool)
+        for g in np.flatnonzero(cyc_e):
+            us = nodes[owner[gstart[g]: gstart[g] + gsize[g]]]
+            self.uses[(int(gc[g]), int(gk[g]))] = [int(i) for i in us]
+        # cyclic components: 2-cycles up front (x_{c->k} + x_{k->c} <= a_c and <= a_k); with
+        # acyclic="order" also t_c >= t_k + 1 when c uses k (big-M = the component's size)
+        self.seen: set[frozenset] = set()
         rl: list[float] = []
         ru: list[float] = []
         starts: list[int] = []
         idx: list[int] = []
-        val: list[float] = []
+        val_: list[float] = []
 
         def row(lo: float, hi: float, cols: list[int], coefs: list[float]) -> None:
             rl.append(lo)
             ru.append(hi)
             starts.append(len(idx))
             idx.extend(cols)
-            val.extend(coefs)
+            val_.extend(coefs)
 
-        # per class: Σ x = a; per (class, child class): Σ_{i uses k} x_i <= a_k (a_c <= a_k when
-        # every candidate uses k; nothing when k is mandatory: a_k = 1)
-        self.uses: dict[tuple[int, int], list[int]] = {}      # in-component edges only
-        agg = opts.get("rows", "class")
-        skip_must = opts.get("skip_must", True)
-        pairs = 0
-        for c in mclasses:
-            xs = [int(x_col[i]) for i in cand[c]]
-            row(0.0, 0.0, xs + [int(a_col[c])], [1.0] * len(xs) + [-1.0])
-            users: dict[int, list[int]] = {}
-            for i in cand[c]:
-                for k in kids[i]:
-                    if a_col[k] >= 0:
-                        users.setdefault(k, []).append(i)
-            for k, us in users.items():
-                if cyclic[c] and comp[k] == comp[c]:
-                    self.uses[(int(c), int(k))] = us
-                if must[k] and skip_must:
-                    continue
-                pairs += 1
-                if len(us) == len(xs) and agg != "node":
-                    row(-inf, 0.0, [int(a_col[c]), int(a_col[k])], [1.0, -1.0])
-                elif agg == "class":
-                    row(-inf, 0.0, [int(x_col[i]) for i in us] + [int(a_col[k])],
-                        [1.0] * len(us) + [-1.0])
-                else:
-                    for i in us:
-                        row(-inf, 0.0, [int(x_col[i]), int(a_col[k])], [1.0, -1.0])
-        # cyclic components: 2-cycles up front (x_{c->k} + x_{k->c} <= a_c and <= a_k); with
-        # acyclic="order" also t_c >= t_k + 1 when c uses k (big-M = the component's size)
-        self.seen: set[frozenset] = set()
         two = 0
         for (c, k), us in self.uses.items():
             if order:
-                M = float(sizes[comp[c]])
+                M = float(sizes_c[comp[c]])
                 row(1.0 - M, inf, [int(t_col[c]), int(t_col[k])] + [int(x_col[i]) for i in us],
                     [1.0, -1.0] + [-M] * len(us))
             if c < k and (k, c) in self.uses:
@@ -581,9 +488,21 @@ class _Model:
                 two += 1
         if rl:
             h.addRows(len(rl), np.array(rl), np.array(ru), len(idx), np.array(starts, np.int32),
-                      np.array(idx, np.int32), np.array(val, np.float64))
-        self.stats = {"columns": int(ntotal), "rows": len(rl), "child_rows": pairs,
+                      np.array(idx, np.int32), np.array(val_, np.float64))
+            self.nrows += len(rl)
+        self.stats = {"columns": int(ntotal), "rows": self.nrows, "child_rows": pairs,
                       "two_cycles": two}
+
+    def _add_rows(self, lo: np.ndarray, hi: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                  vals: np.ndarray) -> None:
+        """Rows given as (row index, column, value) triples sorted by row."""
+        n = lo.size
+        if not n:
+            return
+        starts = np.searchsorted(rows, np.arange(n)).astype(np.int32)
+        self.h.addRows(n, np.asarray(lo, np.float64), np.asarray(hi, np.float64), cols.size,
+                       starts, np.asarray(cols, np.int32), np.asarray(vals, np.float64))
+        self.nrows += n
 
     def cycle_cut(self, classes: list[int]) -> int:
         """Rows for the class set S of a cycle: each c in S is active only if some candidate of S
@@ -643,34 +562,57 @@ class _Model:
 # ---------------------------------------------------------------------------------------------
 # The solve loop (runs in the worker process by default)
 
-def _solve(P: dict, opts: dict) -> dict:
-    import highspy
+class _Incumbent:
+    """The best verified selection so far (never taken on trust: each offer is walked by
+    `_valid_cost`) and the best proven bound; `emit` (the worker's progress channel) hears of
+    every improvement, so a killed worker still hands back what it found."""
 
+    def __init__(self, P: dict, emit: Callable[[dict], None] | None):
+        self.P, self.emit = P, emit
+        self.choice: np.ndarray | None = None
+        self.cost = float("inf")
+        self.bound = 0.0
+
+    def offer(self, sel: np.ndarray | None) -> bool:
+        v = _valid_cost(self.P, sel)
+        if v is None or v >= self.cost - _tol(v) * (self.choice is not None):
+            return False
+        self.choice, self.cost = _trimmed(self.P, np.asarray(sel, np.int64)), v
+        self._emit()
+        return True
+
+    def offer_bound(self, b: float) -> None:
+        if np.isfinite(b) and b > self.bound:
+            self.bound = b
+            self._emit()
+
+    def _emit(self) -> None:
+        if self.emit is not None and self.choice is not None:
+            self.emit({"choice": self.choice, "cost": self.cost,
+                       "bound": min(self.bound, self.cost)})
+
+
+def _solve(P: dict, opts: dict) -> dict:
     t0 = time.perf_counter()
     deadline = t0 + float(opts["time_limit"])
     cost = P["node_cost"]
     if np.any(cost < 0):
         raise ValueError("extract_ilp needs non-negative node costs")
-    out = {"choice": None, "cost": float("inf"), "bound": 0.0, "cuts": 0, "status": "infeasible",
-           "optimal": False, "stats": {}}
-    # best known valid selection: the given warm start (its cost bounds the presolve)
-    best, best_cost = None, float("inf")
-    ws = opts.get("warm_start")
-    v = _valid_cost(P, ws)
-    if v is not None:
-        best, best_cost = _trimmed(P, np.asarray(ws, np.int64)), v
-    pre = _presolve(P, best_cost if opts.get("presolve_bound", True) else float("inf"))
-    stats = {"presolve": pre["stats"]}
+    out: dict[str, Any] = {"choice": None, "cost": float("inf"), "bound": 0.0, "cuts": 0,
+                           "status": "infeasible", "optimal": False, "stats": {}}
+    inc = _Incumbent(P, opts.get("emit"))
+    inc.offer(opts.get("warm_start"))           # the warm start, then the acyclic greedy
+    pre = _presolve(P)
+    stats: dict[str, Any] = {"presolve": pre["stats"]}
     out["stats"] = stats
     if not pre["feasible"]:
         return out
-    v = _valid_cost(P, pre["greedy"])
-    if v is not None and v < best_cost:
-        best, best_cost = _trimmed(P, pre["greedy"]), v
+    inc.offer(pre["greedy"])
 
     # primal phases: the model over each class's K candidates of least tree cost (and the best
     # selection's), K growing while such a restricted model still solves to optimality in its
-    # share of the time; each answer is a valid selection and the next phase's start
+    # share of the time; each answer is a valid selection and the next phase's start. Their
+    # bounds hold for the restricted model only and are not kept.
     stats["restricted"] = []
     full_nodes = sum(len(x) for x in pre["cand"])
     for k in opts.get("restrict", RESTRICT):
@@ -678,15 +620,12 @@ def _solve(P: dict, opts: dict) -> dict:
         if left <= 0:
             break
         t = time.perf_counter()
-        sub = _restricted(P, pre, int(k), best)
+        sub = _restricted(P, pre, int(k), inc.choice)
         n_sub = sum(len(x) for x in sub["cand"])
         if n_sub > RESTRICT_MAX_FRACTION * full_nodes:
             break
-        loop = _cut_loop(P, _Model(P, sub, opts), best, best_cost,
-                         t + RESTRICT_SHARE * left)
-        if loop["cost"] < best_cost:
-            best, best_cost = loop["best"], loop["cost"]
-        stats["restricted"].append({"k": int(k), "nodes": n_sub, "cost": loop["cost"],
+        loop = _cut_loop(P, _Model(P, sub, opts), inc, t + RESTRICT_SHARE * left, bounds=False)
+        stats["restricted"].append({"k": int(k), "nodes": n_sub, "cost": inc.cost,
                                     "status": loop["status"],
                                     "seconds": round(time.perf_counter() - t, 2)})
         if loop["status"] != "optimal":
@@ -694,9 +633,9 @@ def _solve(P: dict, opts: dict) -> dict:
     t = time.perf_counter()
     m = _Model(P, pre, opts)
     stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3)}
-    loop = _cut_loop(P, m, best, best_cost, deadline)
-    best, best_cost, bound, status = loop["best"], loop["cost"], loop["bound"], loop["status"]
+    loop = _cut_loop(P, m, inc, deadline)
     stats["rounds"] = loop["rounds"]
+    best, best_cost, bound, status = inc.choice, inc.cost, inc.bound, loop["status"]
     # "optimal" only when the bound proves the returned selection's cost, whatever HiGHS said
     optimal = best is not None and best_cost - bound <= _tol(best_cost) + \
         float(opts.get("rel_gap", 0.0)) * abs(best_cost)
@@ -712,47 +651,62 @@ def _solve(P: dict, opts: dict) -> dict:
 
 
 def _restricted(P: dict, pre: dict, k: int, keep: np.ndarray | None) -> dict:
-    """`pre` with each model class cut down to its k candidates of least tree cost (children's
-    Knuth tree costs summed), plus the node `keep` selects there."""
-    _, _, tree = _knuth_greedy(P, pre["alive"])
-    cost = P["node_cost"]
+    """`pre` with each model class cut down to its k candidates of least tree cost (own cost
+    plus the children's Knuth tree costs; ties by node index), plus the one `keep` selects there
+    (mapped to its dominator), so `keep` stays a valid start."""
+    if "score" not in pre:
+        tree, kids, cost = pre["tree"], pre["kids"], P["node_cost"]
+        pre["score"] = {i: float(cost[i]) + sum(float(tree[j]) for j in kids[i])
+                        for cs in pre["cand"] for i in cs}
+    score, rep = pre["score"], pre["rep"]
     cand = []
     for c, cs in enumerate(pre["cand"]):
         if len(cs) <= k:
             cand.append(cs)
             continue
-        score = sorted(cs, key=lambda i: (cost[i] + sum(tree[j] for j in pre["kids"][i]), i))
-        sel = score[:k]
+        sel = sorted(cs, key=lambda i: (score[i], i))[:k]
         if keep is not None and keep[c] >= 0:
             j = int(keep[c])
-            while pre["rep"][j] != j:
-                j = int(pre["rep"][j])
+            while rep[j] != j:
+                j = int(rep[j])
             if j not in sel and j in cs:
                 sel.append(j)
         cand.append(sel)
     return dict(pre, cand=cand)
 
 
-def _cut_loop(P: dict, m: "_Model", best, best_cost: float, deadline: float) -> dict:
+def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bool = True
+              ) -> dict:
     """Solve `m` until its incumbent is acyclic (lazy cycle cuts), the deadline passes or HiGHS
-    stops: the best verified selection, its cost, HiGHS's dual bound, the status."""
+    stops, offering every acyclic solution it sees to `inc` (and, with `bounds`, HiGHS's dual
+    bounds: only the full model's bound the true optimum). Returns the status and counts."""
     import highspy
 
-    bound = 0.0             # HiGHS's dual bound (fixed classes cost 0: the model's bound is ours)
     status = "time_limit"
     resolves = 0
     cuts = m.stats["two_cycles"]        # class sets cut: the 2-cycles up front, then lazily
     rounds = 0
+    seen_cycles: list[list[int]] = []   # cycles of incumbents HiGHS reported during a solve
+
+    def improving(colv: np.ndarray) -> None:
+        sel = m.selection(colv)
+        cyc = _find_cycles(P, sel, limit=20)
+        if cyc:
+            seen_cycles.extend(cyc)
+        else:
+            inc.offer(sel)
+
     while True:
         if time.perf_counter() >= deadline:
             break
         if m.ncol:
-            start = m.start_vector(best) if best is not None else None
-            kind, ms, colv, db, again = run_checked(m.h, m.obj, start, deadline)
+            start = m.start_vector(inc.choice) if inc.choice is not None else None
+            kind, ms, colv, db, again = run_checked(m.h, m.obj, start, deadline,
+                                                    on_improving=improving)
             rounds += 1
             resolves += again
-            if np.isfinite(db):
-                bound = max(bound, db)      # cuts only tighten the model: every bound holds
+            if bounds:
+                inc.offer_bound(db)         # cuts only tighten the model: every bound holds
             if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
                 status = kind if kind in ("infeasible", "inconsistent") else status
                 break
@@ -762,28 +716,28 @@ def _cut_loop(P: dict, m: "_Model", best, best_cost: float, deadline: float) -> 
         sel = m.selection(colv)
         cyc = _find_cycles(P, sel)
         if not cyc:
-            v = _valid_cost(P, sel)
-            if v is None or (m.ncol and v > float(m.obj @ colv) + _tol(v)):
+            if _valid_cost(P, sel) is None or (
+                    m.ncol and _valid_cost(P, sel) > float(m.obj @ colv) + _tol(inc.cost)):
                 status = "inconsistent"     # an acyclic model solution is a valid selection
                 break
-            if v < best_cost:
-                best, best_cost = _trimmed(P, sel), v
+            inc.offer(sel)
             if ms == highspy.HighsModelStatus.kOptimal:
                 status = "optimal"
             break
         added = 0
-        for cy in cyc:
+        for cy in cyc + seen_cycles:
             if any(m.x_col[i] < 0 for i in cy):
                 raise AssertionError("cycle through a node outside the model")
             added += m.cycle_cut([int(P["node_class"][i]) for i in cy])
+        seen_cycles.clear()
         if not added:
             raise AssertionError("a cycle survived its own cut")
         cuts += added
-    return {"best": best, "cost": best_cost, "bound": bound, "status": status, "cuts": cuts,
-            "rounds": rounds, "resolves": resolves}
+    return {"status": status, "cuts": cuts, "rounds": rounds, "resolves": resolves}
 
 
-def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
+def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
+                on_improving: Callable[[np.ndarray], None] | None = None
                 ) -> tuple[str, Any, np.ndarray | None, float, int]:
     """`h.run()` (with `start` as the MIP start when given) until `deadline` (perf_counter), and
     check that the solution HiGHS returns is the one its objective describes: highspy 1.16 hands
@@ -795,7 +749,49 @@ def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
     Returns (kind, model status, column values, dual bound, repeats): kind "ok" (column values
     checked), "infeasible", "none" (no incumbent, e.g. out of time), "inconsistent" (a mismatch
     without a start as well; values None). The dual bound is the largest HiGHS reported (-inf
-    when none), which every run of the same model proves."""
+    when none), which every run of the same model proves.
+
+    `on_improving(column values)` hears of each improving solution during the run where highspy
+    reports it in the model's own columns (1.16 does; 1.7 reports the presolved model's, which
+    are ignored) and its objective agrees; what it is given is still to be checked."""
+    import highspy
+
+    bound = -np.inf
+    watching = on_improving is not None and _watch(h, obj, on_improving)
+    try:
+        return _run_checked(h, obj, start, deadline)
+    finally:
+        if watching:
+            h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipImprovingSolution)
+
+
+def _watch(h, obj: np.ndarray, fn: Callable[[np.ndarray], None]) -> bool:
+    """Subscribe `fn` to HiGHS's improving-solution callback (False where highspy has none)."""
+    import highspy
+
+    cb = getattr(highspy, "cb", None)
+    if cb is None or not hasattr(h, "setCallback"):
+        return False
+
+    def callback(kind, message, data_out, data_in, user_data) -> None:
+        try:
+            v = np.asarray(data_out.mip_solution, np.float64)
+            if v.shape == obj.shape and _agree(float(obj @ v),
+                                                float(data_out.objective_function_value)):
+                fn(v)
+        except Exception:       # a callback must not raise into HiGHS; the run goes on
+            pass
+
+    try:
+        h.setCallback(callback, None)
+        h.startCallback(cb.HighsCallbackType.kCallbackMipImprovingSolution)
+    except Exception:
+        return False
+    return True
+
+
+def _run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
+                 ) -> tuple[str, Any, np.ndarray | None, float, int]:
     import highspy
 
     bound = -np.inf
@@ -869,10 +865,11 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
                 seed: int = 0, *, in_process: bool = False, acyclic: str = "cuts",
                 rel_gap: float = 0.0, kill_margin: float = 10.0,
                 verbose: bool = False, highs_options: dict[str, Any] | None = None,
-                _experiment: dict | None = None) -> IlpResult:
+                restrict: tuple[int, ...] = RESTRICT) -> IlpResult:
     """Optimal DAG extraction (see the module docstring). `warm_start` (a valid selection, e.g.
-    the greedy result) is the MIP start and the fallback; with `in_process=False` the solve runs
-    in a spawned subprocess killed after `time_limit + kill_margin` seconds."""
+    ocf+switch) is the MIP start and the fallback; with `in_process=False` the solve runs in a
+    spawned subprocess killed after `time_limit + kill_margin` seconds. `restrict`: candidates
+    per class of the restricted primal phases (() for none); `highs_options`: set on HiGHS."""
     from .dag import dag_cost, is_valid
 
     if acyclic not in ("cuts", "order"):
@@ -885,19 +882,23 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
         if ws.shape != (problem.n_classes,) or not is_valid(problem, ws):
             ws = None
     opts = {"time_limit": time_limit, "warm_start": ws, "seed": seed, "acyclic": acyclic,
-            "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {})}
-    opts.update(_experiment or {})
+            "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {}),
+            "restrict": tuple(int(k) for k in restrict)}
     if in_process:
         res = _solve(P, opts)
     else:
         res = _run_subprocess(P, opts, time_limit + kill_margin)
-    if res["status"] in ("killed",) or res["status"].startswith("error"):
-        fb = ws
+    if res["status"] == "killed" or res["status"].startswith("error"):
+        # the worker's last report (checked below like any answer), else the warm start
+        fb = res.get("choice")
+        if fb is None or _valid_cost(P, fb) is None:
+            fb = ws
+            res["bound"] = 0.0
         if fb is None:
             greedy, _, _ = _knuth_greedy(P, np.ones(P["node_class"].size, bool))
             fb = greedy if _valid_cost(P, greedy) is not None else None
-        res.update(choice=None if fb is None else _trimmed(P, fb), bound=0.0, cuts=0,
-                   optimal=False)
+        res.update(choice=None if fb is None else _trimmed(P, fb), cuts=0, optimal=False,
+                   bound=float(res.get("bound", 0.0)))
     if ws is not None and (res["choice"] is None or dag_cost(
             problem, np.asarray(res["choice"], np.int64)) > dag_cost(problem, ws)):
         # never worse than the warm start (_solve starts from it, so this is a safety net)
@@ -919,47 +920,77 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
                      int(res.get("resolves", 0)), dict(res.get("stats", {})))
 
 
+_WORKER: list[str] | None = None     # the worker's command line (tests stand in a fake one)
+
+
 def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
-    """Solve in `python -m eqsat_nb.extract.ilp` (pickles over stdin/stdout); kill at deadline."""
-    import pickle
+    """Solve in `python -m eqsat_nb.extract.ilp` (pickles over stdin, framed pickles back); kill
+    at `deadline` seconds. The worker reports every improvement as it is found, so a killed
+    worker's result is its last report (status "killed"), not nothing."""
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "eqsat_nb.extract.ilp"],
+    proc = subprocess.Popen(_WORKER or [sys.executable, "-m", "eqsat_nb.extract.ilp"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=None if opts.get("verbose") else subprocess.PIPE)
+    data = pickle.dumps((P, opts), protocol=pickle.HIGHEST_PROTOCOL)
     try:
-        out, err = proc.communicate(pickle.dumps((P, opts), protocol=pickle.HIGHEST_PROTOCOL),
-                                    timeout=deadline)
+        out, err = proc.communicate(data, timeout=deadline)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
-        return {"status": "killed"}
+        out, _ = proc.communicate()         # what the worker wrote before it was killed
+        progress = [m for kind, m in _frames(out) if kind == "progress"]
+        return dict(progress[-1] if progress else {}, status="killed")
     except BaseException:       # Ctrl-C, MemoryError...: leave no worker behind
         proc.kill()
         proc.wait()
         raise
-    if proc.returncode != 0 or not out:
+    frames = _frames(out)
+    final = [m for kind, m in frames if kind in ("ok", "error")]
+    if proc.returncode != 0 or not final:
         tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        return {"status": f"error: ILP worker exited {proc.returncode}: {tail[0]}"}
-    kind, payload = pickle.loads(out)
+        progress = [m for kind, m in frames if kind == "progress"]
+        return dict(progress[-1] if progress else {},
+                    status=f"error: ILP worker exited {proc.returncode}: {tail[0]}")
+    kind, payload = frames[-1]
     return payload if kind == "ok" else {"status": f"error: {payload}"}
+
+
+def _frames(out: bytes) -> list[tuple[str, Any]]:
+    """The complete (kind, payload) messages in the worker's output (a cut-off last one is
+    dropped)."""
+    msgs = []
+    pos = 0
+    while pos + 8 <= len(out):
+        n = int.from_bytes(out[pos: pos + 8], "little")
+        if pos + 8 + n > len(out):
+            break
+        msgs.append(pickle.loads(out[pos + 8: pos + 8 + n]))
+        pos += 8 + n
+    return msgs
 
 
 def _main() -> None:
     import os
-    import pickle
     import sys
 
     P, opts = pickle.load(sys.stdin.buffer)
-    result_fd = os.dup(1)           # whatever HiGHS prints goes to stderr, not into the pickle
+    result_fd = os.dup(1)           # whatever HiGHS prints goes to stderr, not into the pickles
     os.dup2(2, 1)
+
+    def send(kind: str, payload: Any) -> None:
+        b = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        b = len(b).to_bytes(8, "little") + b
+        while b:
+            b = b[os.write(result_fd, b):]
+
+    opts["emit"] = lambda progress: send("progress", progress)
     try:
         res = ("ok", _solve(P, opts))
     except Exception as e:      # reported to the parent as status "error: ..."
         res = ("error", f"{type(e).__name__}: {e}")
-    with os.fdopen(result_fd, "wb") as f:
-        f.write(pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL))
+    send(*res)
+    os.close(result_fd)
 
 
 if __name__ == "__main__":
