@@ -231,13 +231,21 @@ def test_highs_mip_start_optimal_after_presolve():
     assert info.mip_dual_bound == pytest.approx(4.0)
     raw_ok = float(obj @ raw) == pytest.approx(4.0)   # False on highspy 1.16: raw == the start
 
-    h, obj = _set_cover(highspy)
+    h, obj = _set_cover(highspy)                      # the start set with setSolution
     kind, ms, colv, bound, repeats = run_checked(h, obj, SET_COVER_START,
-                                                 time.perf_counter() + 30)
+                                                 time.perf_counter() + 30, start_callback=False)
     assert kind == "ok" and ms == highspy.HighsModelStatus.kOptimal
     assert float(obj @ colv) == pytest.approx(4.0) and _covers(colv) and colv[8] < 0.5
     assert bound == pytest.approx(4.0)
     assert repeats == (0 if raw_ok else 1)
+    h, obj = _set_cover(highspy)                      # the default: a user solution, where it can
+    kind, ms, colv, bound, repeats = run_checked(h, obj, SET_COVER_START,
+                                                 time.perf_counter() + 30)
+    assert kind == "ok" and float(obj @ colv) == pytest.approx(4.0) and _covers(colv)
+    assert bound == pytest.approx(4.0)
+    has_user_solution = hasattr(getattr(highspy, "cb", None), "HighsCallbackInput") and \
+        hasattr(highspy.cb.HighsCallbackInput, "setSolution")
+    assert repeats == (0 if raw_ok or has_user_solution else 1)
 
 
 def _joint_switch_problem() -> pb.ExtractionProblem:
@@ -458,9 +466,12 @@ def test_incumbent_accepts_only_valid_improvements():
 
 
 def test_improving_callback_is_checked():
-    """`_watch` passes on an improving solution only when its objective agrees with the
-    columns; what it passes on is still walked by _Incumbent before it counts."""
+    """The improving-solution callback passes a solution on only when its objective agrees with
+    its columns (and it is in the model's own columns); what it passes on is still walked by
+    _Incumbent before it counts. A callback that raises never reaches HiGHS."""
     from types import SimpleNamespace
+
+    import highspy
 
     from eqsat_nb.extract import ilp
 
@@ -471,17 +482,24 @@ def test_improving_callback_is_checked():
         def startCallback(self, kind):
             pass
 
+        def stopCallback(self, kind):
+            pass
+
     h = FakeHighs()
     got = []
     obj = np.array([1.0, 2.0, 0.0])
-    assert ilp._watch(h, obj, got.append)
-    out = SimpleNamespace(mip_solution=[1.0, 1.0, 0.0], objective_function_value=3.0)
-    h.fn(0, "", out, None, None)
-    out = SimpleNamespace(mip_solution=[1.0, 0.0, 0.0], objective_function_value=3.0)  # liar
-    h.fn(0, "", out, None, None)
-    out = SimpleNamespace(mip_solution=[1.0, 0.0], objective_function_value=1.0)   # presolved
-    h.fn(0, "", out, None, None)
+    cbs = ilp._Callbacks(h, obj, got.append, want_start=False)
+    kind = highspy.cb.HighsCallbackType.kCallbackMipImprovingSolution
+    for sol, value in (([1.0, 1.0, 0.0], 3.0), ([1.0, 0.0, 0.0], 3.0),    # agrees; a liar
+                       ([1.0, 0.0], 1.0)):                                 # presolved columns
+        h.fn(kind, "", SimpleNamespace(mip_solution=sol, objective_function_value=value),
+             None, None)
     assert len(got) == 1 and list(got[0]) == [1.0, 1.0, 0.0]
+    boom = ilp._Callbacks(h, obj, lambda v: 1 / 0, want_start=False)
+    h.fn(kind, "", SimpleNamespace(mip_solution=[1.0, 1.0, 0.0], objective_function_value=3.0),
+         None, None)                                   # raises inside: swallowed
+    boom.stop()
+    cbs.stop()
 
 
 def test_killed_worker_hands_back_its_last_checked_report(tmp_path, monkeypatch):

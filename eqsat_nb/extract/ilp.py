@@ -40,7 +40,7 @@ import numpy as np
 
 __all__ = ["IlpResult", "extract_ilp"]
 
-RESTRICT = (4, 16, 64)          # candidates per class in the restricted primal phases
+RESTRICT = (4,)                 # candidates per class in the restricted primal phases
 RESTRICT_SHARE = 0.25           # of the time left, at most, for each restricted phase
 RESTRICT_MAX_FRACTION = 0.7     # a restricted model this close to the full one is skipped
 
@@ -615,6 +615,7 @@ def _solve(P: dict, opts: dict) -> dict:
     # bounds hold for the restricted model only and are not kept.
     stats["restricted"] = []
     full_nodes = sum(len(x) for x in pre["cand"])
+    cut_sets: set[frozenset] = set()            # cycles cut in a phase: cut in the full model too
     for k in opts.get("restrict", RESTRICT):
         left = deadline - time.perf_counter()
         if left <= 0:
@@ -624,7 +625,9 @@ def _solve(P: dict, opts: dict) -> dict:
         n_sub = sum(len(x) for x in sub["cand"])
         if n_sub > RESTRICT_MAX_FRACTION * full_nodes:
             break
-        loop = _cut_loop(P, _Model(P, sub, opts), inc, t + RESTRICT_SHARE * left, bounds=False)
+        ms = _Model(P, sub, opts)
+        loop = _cut_loop(P, ms, inc, t + RESTRICT_SHARE * left, bounds=False)
+        cut_sets |= ms.seen
         stats["restricted"].append({"k": int(k), "nodes": n_sub, "cost": inc.cost,
                                     "status": loop["status"],
                                     "seconds": round(time.perf_counter() - t, 2)})
@@ -632,7 +635,9 @@ def _solve(P: dict, opts: dict) -> dict:
             break
     t = time.perf_counter()
     m = _Model(P, pre, opts)
-    stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3)}
+    inherited = sum(m.cycle_cut(sorted(S)) for S in cut_sets)
+    stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3),
+                                "inherited_cuts": inherited}
     loop = _cut_loop(P, m, inc, deadline)
     stats["rounds"] = loop["rounds"]
     best, best_cost, bound, status = inc.choice, inc.cost, inc.bound, loop["status"]
@@ -645,7 +650,8 @@ def _solve(P: dict, opts: dict) -> dict:
         status = "optimal"
     elif status == "optimal" or (status == "infeasible" and best is not None):
         status = "inconsistent"
-    out.update(choice=best, cost=best_cost, bound=bound, cuts=loop["cuts"], status=status,
+    out.update(choice=best, cost=best_cost, bound=bound, cuts=loop["cuts"] + inherited,
+               status=status,
                optimal=optimal, resolves=loop["resolves"])
     return out
 
@@ -737,14 +743,19 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
 
 
 def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
-                on_improving: Callable[[np.ndarray], None] | None = None
+                on_improving: Callable[[np.ndarray], None] | None = None,
+                start_callback: bool = True
                 ) -> tuple[str, Any, np.ndarray | None, float, int]:
     """`h.run()` (with `start` as the MIP start when given) until `deadline` (perf_counter), and
     check that the solution HiGHS returns is the one its objective describes: highspy 1.16 hands
-    back the MIP start itself when the start, mapped into the presolved space, is already optimal
-    there, while its objective and bound are those of another solution (of the presolved start,
-    sometimes without the presolve offset). On a mismatch the solve is repeated once without the
-    start (clearSolver also drops the last solution, which HiGHS would otherwise reuse as one).
+    back a MIP start set with setSolution itself when the start, mapped into the presolved space,
+    is already optimal there, while its objective and bound are those of another solution (of the
+    presolved start, sometimes without the presolve offset: then both are too low). Where highspy
+    has the user-solution callback (1.16) the start is handed over through it instead, during the
+    search, which avoids that path (`start_callback=False`: setSolution always). A returned
+    solution whose cost meets the dual bound is accepted (the bound proves it optimal); on any
+    other mismatch the solve is repeated once without the start (clearSolver also drops the last
+    solution, which HiGHS would otherwise reuse as one).
 
     Returns (kind, model status, column values, dual bound, repeats): kind "ok" (column values
     checked), "infeasible", "none" (no incumbent, e.g. out of time), "inconsistent" (a mismatch
@@ -754,44 +765,71 @@ def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
     `on_improving(column values)` hears of each improving solution during the run where highspy
     reports it in the model's own columns (1.16 does; 1.7 reports the presolved model's, which
     are ignored) and its objective agrees; what it is given is still to be checked."""
-    import highspy
-
-    bound = -np.inf
-    watching = on_improving is not None and _watch(h, obj, on_improving)
+    cbs = _Callbacks(h, obj, on_improving, start_callback and start is not None)
     try:
-        return _run_checked(h, obj, start, deadline)
+        return _run_checked(h, obj, start, deadline, cbs)
     finally:
-        if watching:
-            h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipImprovingSolution)
+        cbs.stop()
 
 
-def _watch(h, obj: np.ndarray, fn: Callable[[np.ndarray], None]) -> bool:
-    """Subscribe `fn` to HiGHS's improving-solution callback (False where highspy has none)."""
-    import highspy
+class _Callbacks:
+    """HiGHS callbacks for one run_checked: improving solutions to `on_improving`, and the MIP
+    start handed over as a user solution. Each part is used only where highspy has it."""
 
-    cb = getattr(highspy, "cb", None)
-    if cb is None or not hasattr(h, "setCallback"):
-        return False
+    def __init__(self, h, obj: np.ndarray, on_improving: Callable[[np.ndarray], None] | None,
+                 want_start: bool):
+        import highspy
 
-    def callback(kind, message, data_out, data_in, user_data) -> None:
+        self.h, self.obj, self.fn = h, obj, on_improving
+        self.start: list[float] | None = None
+        self.kinds: list[Any] = []
+        cb = getattr(highspy, "cb", None)
+        if cb is None or not hasattr(h, "setCallback"):
+            self.user_solution = False
+            return
+        T = cb.HighsCallbackType
+        self.IMPROVING = getattr(T, "kCallbackMipImprovingSolution", None)
+        self.USER = getattr(T, "kCallbackMipUserSolution", None)
+        self.user_solution = want_start and self.USER is not None and \
+            hasattr(getattr(cb, "HighsCallbackInput", None), "setSolution")
+        wanted = ([self.IMPROVING] if on_improving is not None and self.IMPROVING is not None
+                  else []) + ([self.USER] if self.user_solution else [])
+        if not wanted:
+            return
         try:
+            h.setCallback(self._callback, None)
+            for k in wanted:
+                h.startCallback(k)
+                self.kinds.append(k)
+        except Exception:       # no usable callbacks: setSolution and no progress reports
+            self.stop()
+            self.user_solution = False
+
+    def _callback(self, kind, message, data_out, data_in, user_data) -> None:
+        try:
+            if self.USER is not None and int(kind) == int(self.USER):
+                if self.start is not None:
+                    data_in.setSolution(self.start)
+                    self.start = None
+                return
             v = np.asarray(data_out.mip_solution, np.float64)
-            if v.shape == obj.shape and _agree(float(obj @ v),
-                                                float(data_out.objective_function_value)):
-                fn(v)
+            if v.shape == self.obj.shape and _agree(float(self.obj @ v),
+                                                     float(data_out.objective_function_value)):
+                self.fn(v)
         except Exception:       # a callback must not raise into HiGHS; the run goes on
             pass
 
-    try:
-        h.setCallback(callback, None)
-        h.startCallback(cb.HighsCallbackType.kCallbackMipImprovingSolution)
-    except Exception:
-        return False
-    return True
+    def stop(self) -> None:
+        for k in self.kinds:
+            try:
+                self.h.stopCallback(k)
+            except Exception:
+                pass
+        self.kinds = []
 
 
-def _run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
-                 ) -> tuple[str, Any, np.ndarray | None, float, int]:
+def _run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
+                 cbs: _Callbacks) -> tuple[str, Any, np.ndarray | None, float, int]:
     import highspy
 
     bound = -np.inf
@@ -800,12 +838,15 @@ def _run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
         if left <= 0:
             return "none", None, None, bound, repeat
         h.setOptionValue("time_limit", float(left))
-        if start is not None:
+        if start is not None and cbs.user_solution:
+            cbs.start = np.asarray(start, np.float64).tolist()
+        elif start is not None:
             sol = highspy.HighsSolution()
             sol.col_value = np.asarray(start, np.float64).tolist()
             sol.value_valid = True
             h.setSolution(sol)
         h.run()
+        cbs.start = None
         ms = h.getModelStatus()
         info = h.getInfo()
         if ms == highspy.HighsModelStatus.kInfeasible:
@@ -816,7 +857,9 @@ def _run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
         if info.primal_solution_status != 2:        # no feasible incumbent
             return "none", ms, None, bound, repeat
         colv = np.asarray(h.getSolution().col_value, np.float64)
-        if _agree(float(np.dot(obj, colv)), float(info.objective_function_value)):
+        value = float(np.dot(obj, colv))
+        if _agree(value, float(info.objective_function_value)) or value <= bound + _tol(value):
+            # what HiGHS returned is what it says it is, or the dual bound proves it optimal
             return "ok", ms, colv, bound, repeat
         if start is None:
             break
