@@ -111,10 +111,14 @@ def reference_problem(name: str) -> tuple[Problem, dict]:
     """The checked-in e-graph NAME as a problem, and its "eqsat_nb" metadata."""
     if name not in _LOADED:
         import importlib.util
-        spec = importlib.util.spec_from_file_location("extract_egraphs",
-                                                      ROOT / "tools" / "extract_egraphs.py")
-        tool = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(tool)
+        import sys
+        tool = sys.modules.get("extract_egraphs")
+        if tool is None:
+            spec = importlib.util.spec_from_file_location("extract_egraphs",
+                                                          ROOT / "tools" / "extract_egraphs.py")
+            tool = importlib.util.module_from_spec(spec)
+            sys.modules["extract_egraphs"] = tool       # dataclasses look the module up
+            spec.loader.exec_module(tool)
         _LOADED[name] = tool.load_problem(name)
     return _LOADED[name]
 
