@@ -156,7 +156,9 @@ def _extract(problem, options: Options) -> tuple[np.ndarray, str]:
         if left < ILP_MIN_SECONDS:
             return warm, "ocf+switch (ilp skipped: the time limit was reached)"
         seconds = min(seconds, left - ILP_OVERHEAD_SECONDS)
-        kill_margin = ILP_OVERHEAD_SECONDS / 2
+        # HiGHS overruns its limit by seconds on large models: let it finish where the budget
+        # has room (a killed worker keeps its selection but loses its bound)
+        kill_margin = max(ILP_OVERHEAD_SECONDS / 2, min(kill_margin, left - seconds - 1.0))
     res = extract_ilp(problem, time_limit=seconds, warm_start=warm, kill_margin=kill_margin)
     if res.choice is None or not np.isfinite(res.cost) or res.cost > warm_cost:
         return warm, f"ocf+switch (ilp: {res.status})"

@@ -607,6 +607,8 @@ class _Incumbent:
 def _solve(P: dict, opts: dict) -> dict:
     t0 = time.perf_counter()
     deadline = t0 + float(opts["time_limit"])
+    if "wall_deadline" in opts:         # the caller's clock: the worker's start-up counts too
+        deadline = min(deadline, t0 + float(opts["wall_deadline"]) - time.time())
     cost = P["node_cost"]
     if np.any(cost < 0):
         raise ValueError("extract_ilp needs non-negative node costs")
@@ -936,7 +938,8 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
         ws = np.asarray(warm_start, np.int64)
         if ws.shape != (problem.n_classes,) or not is_valid(problem, ws):
             ws = None
-    opts = {"time_limit": time_limit, "warm_start": ws, "seed": seed, "acyclic": acyclic,
+    opts = {"time_limit": time_limit, "wall_deadline": time.time() + time_limit,
+            "warm_start": ws, "seed": seed, "acyclic": acyclic,
             "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {}),
             "restrict": tuple(int(k) for k in restrict)}
     if in_process:
