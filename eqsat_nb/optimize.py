@@ -3,15 +3,16 @@
 `optimize` is what `eqsat-nb run` and `eqsat-nb bench` call; it does not verify (see
 `check_outputs`) and writes nothing. Extraction: ocf and its joint-switch pass always run
 (milliseconds) and are the fallback; `ilp` then solves exactly, warm-started from ocf+switch,
-within a time limit, and its answer is taken when its checked DAG cost is at least as good. If no extracted graph is estimated cheaper than the original,
-the original is returned unchanged: the optimizer never hands back a graph it predicts is slower.
+within a time limit, and its answer is taken when its checked DAG cost is at least as good. If
+no extracted graph is estimated cheaper than the original, the original is returned unchanged:
+the optimizer never hands back a graph it predicts is slower.
 
 With a `Budget` (`eqsat-nb run --time-limit`: one wall-clock budget for the whole command) the
 phases share it: the search may use `search_share` of what is left (less `reserve`, the seconds the
-caller keeps for verification and writing), pricing and ocf always run (they are needed for any
-answer and take milliseconds to a second), and the ILP gets what is then left, again less
-`reserve` (skipped below ILP_MIN_SECONDS, ocf+switch's answer stands). Numba compilation is not counted
-(search/limits.py).
+caller keeps for verification and writing), pricing, ocf and the switch pass always run (they
+are needed for any answer and take milliseconds to a second), and the ILP gets what is then
+left, again less `reserve` (skipped below ILP_MIN_SECONDS, ocf+switch's answer stands). Numba
+compilation is not counted (search/limits.py).
 """
 from __future__ import annotations
 

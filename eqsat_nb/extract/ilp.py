@@ -665,8 +665,7 @@ def _solve(P: dict, opts: dict) -> dict:
     elif status == "optimal" or (status == "infeasible" and best is not None):
         status = "inconsistent"
     out.update(choice=best, cost=best_cost, bound=bound, cuts=loop["cuts"] + inherited,
-               status=status,
-               optimal=optimal, resolves=loop["resolves"])
+               status=status, optimal=optimal, resolves=loop["resolves"])
     return out
 
 
