@@ -1,17 +1,18 @@
 """The optimizer as one call: graph → e-graph → search → extraction → graph.
 
 `optimize` is what `eqsat-nb run` and `eqsat-nb bench` call; it does not verify (see
-`check_outputs`) and writes nothing. Extraction: ocf always runs (milliseconds) and is the
-fallback; `ilp` then solves exactly, warm-started from ocf, within a time limit, and its answer is
-taken when it is at least as good. If no extracted graph is estimated cheaper than the original,
-the original is returned unchanged: the optimizer never hands back a graph it predicts is slower.
+`check_outputs`) and writes nothing. Extraction: ocf and its joint-switch pass always run
+(milliseconds) and are the fallback; `ilp` then solves exactly, warm-started from ocf+switch,
+within a time limit, and its answer is taken when its checked DAG cost is at least as good. If
+no extracted graph is estimated cheaper than the original, the original is returned unchanged:
+the optimizer never hands back a graph it predicts is slower.
 
 With a `Budget` (`eqsat-nb run --time-limit`: one wall-clock budget for the whole command) the
 phases share it: the search may use `search_share` of what is left (less `reserve`, the seconds the
-caller keeps for verification and writing), pricing and ocf always run (they are needed for any
-answer and take milliseconds to a second), and the ILP gets what is then left, again less
-`reserve` (skipped below ILP_MIN_SECONDS, ocf's answer stands). Numba compilation is not counted
-(search/limits.py).
+caller keeps for verification and writing), pricing, ocf and the switch pass always run (they
+are needed for any answer and take milliseconds to a second), and the ILP gets what is then
+left, again less `reserve` (skipped below ILP_MIN_SECONDS, ocf+switch's answer stands). Numba
+compilation is not counted (search/limits.py).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from .search.saturate import Iteration, Limits, saturate
 
 SEARCHES = ("saturate", "mcts")
 EXTRACTORS = ("greedy", "ocf", "ilp")
-ILP_MIN_SECONDS = 1.5       # below this the ILP worker cannot start, presolve and solve: ocf stands
+ILP_MIN_SECONDS = 1.5       # below this the ILP worker cannot start, presolve and solve
 ILP_OVERHEAD_SECONDS = 1.0  # worker start-up and result handling outside HiGHS's own time limit
 
 
@@ -145,24 +146,32 @@ def _with_search_budget(options: Options) -> Options:
 
 
 def _extract(problem, options: Options) -> tuple[np.ndarray, str]:
-    """The chosen node per class and a few words on how it was found."""
+    """The chosen node per class and a few words on how it was found. For "ilp": ocf, then the
+    joint-switch pass (ocf+switch), which is the ILP's warm start and its fallback; the ILP's
+    answer is taken only when its checked DAG cost is at most ocf+switch's, so nothing ocf+switch
+    found is thrown away when the ILP stops early, is killed or fails."""
     if options.extract == "greedy":
         return extract(problem, "greedy").choice, "greedy"
     ocf = extract(problem, "ocf").choice
     if options.extract == "ocf":
         return ocf, "ocf"
     from .extract.ilp import extract_ilp
+    from .extract.switch import joint_switch
+    warm = joint_switch(problem, ocf)
+    warm_cost = dag_cost(problem, warm)
     seconds, kill_margin = options.ilp_time_limit, 10.0
     if options.budget is not None:          # the ILP gets what is left, worker start-up included
         left = options.budget.left() - options.reserve
         if left < ILP_MIN_SECONDS:
-            return ocf, "ocf (ilp skipped: the time limit was reached)"
+            return warm, "ocf+switch (ilp skipped: the time limit was reached)"
         seconds = min(seconds, left - ILP_OVERHEAD_SECONDS)
-        kill_margin = ILP_OVERHEAD_SECONDS / 2
-    res = extract_ilp(problem, time_limit=seconds, warm_start=ocf, kill_margin=kill_margin)
-    if res.status == "killed":
-        return ocf, "ocf (ilp: stopped at its time limit)"
-    if res.choice is None or not np.isfinite(res.cost) or res.cost > dag_cost(problem, ocf):
-        return ocf, f"ocf (ilp: {res.status})"
+        # HiGHS overruns its limit by seconds on large models: let it finish where the budget
+        # has room (a killed worker keeps its selection but loses its bound)
+        kill_margin = max(ILP_OVERHEAD_SECONDS / 2, min(kill_margin, left - seconds - 1.0))
+    res = extract_ilp(problem, time_limit=seconds, warm_start=warm, kill_margin=kill_margin)
+    if res.choice is None or not np.isfinite(res.cost) or res.cost > warm_cost:
+        return warm, f"ocf+switch (ilp: {res.status})"
+    if res.status == "killed" and res.cost >= warm_cost:
+        return warm, "ocf+switch (ilp: stopped at its time limit)"
     gap = "" if res.optimal else f", gap {100 * res.gap:.1f} %"
     return res.choice, f"ilp ({res.status}{gap})"

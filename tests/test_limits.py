@@ -92,7 +92,7 @@ def test_the_ilp_gets_what_is_left_and_is_skipped_without_time(rules):
     graph = load(EXAMPLES / "tiny_mlp.tir")
     spent = Budget(0.5, start=work_clock() - 1.0)          # already over
     result = optimize(graph, AnalyticCostModel("cpu"), rules, Options(budget=spent))
-    assert result.extraction.startswith("ocf (ilp skipped: the time limit was reached)")
+    assert result.extraction.startswith("ocf+switch (ilp skipped: the time limit was reached)")
     assert result.stop_reason == "time limit"            # the search got no share either
     roomy = optimize(graph, AnalyticCostModel("cpu"), rules, Options(budget=Budget(600.0)))
     assert roomy.extraction.startswith("ilp (optimal)")

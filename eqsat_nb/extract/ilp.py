@@ -1,29 +1,47 @@
 """Exact DAG extraction by integer programming with HiGHS (DESIGN §6).
 
 Model (on the presolved problem): a binary x_i per candidate node and an activity a_c per class,
-Σ_{i∈c} x_i = a_c, a_r = 1 for the roots, x_i ≤ a_k for every child class k of i; minimise
-Σ cost_i x_i. Acyclicity is enforced lazily: solve, walk the selection from the roots, and for
-every cycle found add the cut Σ_{i∈cycle} x_i ≤ |cycle| − 1, then re-solve (with the best known
-valid selection as MIP start) until the incumbent is acyclic. `acyclic="order"` instead adds
-per-class ordering variables with big-M rows (slower; kept for comparison).
+Σ_{i∈c} x_i = a_c, a_r = 1 for the roots, and per class c and child class k of its candidates
+Σ_{i∈c uses k} x_i ≤ a_k (a_c ≤ a_k when every candidate uses k): one row per class pair, at least
+as strong as one per node since at most one candidate of c is chosen; minimise Σ cost_i x_i.
+
+Acyclicity only where cycles can be: the class graph's strongly connected components are computed
+after presolve, and an e-graph whose components are all single classes (what the search's cycle
+filter leaves) gets no acyclicity rows at all. On cyclic components: every 2-cycle up front as
+x_{c→k} + x_{k→c} ≤ a_c and ≤ a_k, then lazily, for each cycle in an incumbent (also those HiGHS
+reports during a solve), the cut-set rows of its class set S: a_c ≤ Σ x over the candidates of S
+that use no class of S, for each c in S (an acyclic selection's active part of S has a sink), and
+re-solve from the best valid selection until the incumbent is acyclic. `acyclic="order"` instead
+puts ordering variables t_c (big-M = the component's size) on the cyclic components only.
 
 Presolve (numpy/Python, before HiGHS): nodes whose own class is a child are dropped (never
 acyclic); classes without any acyclic derivation ("unproductive") and nodes using them are dropped;
 classes with a zero-cost leaf are fixed to it; within a class a node dominated by another (cost ≥,
 child-class set ⊇) is dropped — the dominator uses a subset of the edges, so swapping it in never
-creates a cycle or raises the cost; only classes reachable from the roots are modelled.
+creates a cycle or raises the cost; only classes reachable from the roots are modelled. (Fixing
+the classes every selection must use was tried: HiGHS's own presolve finds the same root bound,
+and fixed bounds blocked its reductions.)
 
-HiGHS was seen to hang ignoring its time limit (DESIGN §6), so by default the solve runs in a
-spawned subprocess with a hard deadline (time_limit + kill_margin); when it is killed the result
-is the warm start (or the internal acyclic greedy fallback) with status "killed".
+Primal phase: first the model restricted to each class's 4 candidates of least tree cost (plus
+the warm start's) is solved, in at most a quarter of the time; on ViT-Base at 80 000 nodes it
+finds in about a second the merged Q/K/V projections the full model does not reach in a minute.
+Its answer is the full model's start; its bound is not kept (it holds for the restriction only).
 
-What is reported is checked, not taken from HiGHS's status: the solution HiGHS returns must have
-the objective HiGHS reports (highspy 1.16 hands back the MIP start itself when that start is
-already optimal in the presolved space — the objective and bound are then those of a better
-solution it did not return); when it does not, the solve is repeated without the start, and a
-second mismatch ends the loop with status "inconsistent" and the best verified selection. The
-bound is HiGHS's dual bound (never a primal cost); "optimal" means that bound meets the true DAG
-cost of the returned selection. The result is never worse than the warm start.
+HiGHS was seen to hang ignoring its time limit (DESIGN §6), and it overruns it by seconds on
+large models, so by default the solve runs in a spawned subprocess with a hard deadline
+(time_limit + kill_margin). The worker reports every improvement as it finds it (and, with
+highspy 1.16, HiGHS's improving solutions during a solve), so a killed worker's answer is its
+last report, status "killed"; without one, the warm start (or the internal acyclic greedy).
+
+What is reported is checked, not taken from HiGHS's status: every selection is walked (valid,
+acyclic, its DAG cost) before it counts; the solution HiGHS returns must have the objective HiGHS
+reports or a cost its dual bound proves (highspy 1.16 hands back a MIP start set with setSolution
+itself when that start is already optimal in the presolved space, with objective and bound of
+another solution; where highspy has the user-solution callback the start goes in that way);
+otherwise the solve is repeated without the start, and a second mismatch ends the loop with
+status "inconsistent" and the best verified selection. The bound is HiGHS's dual bound on the
+full model (never a primal cost); "optimal" means that bound meets the true DAG cost of the
+returned selection. The result is never worse than the warm start.
 
 Costs must be non-negative (an unreachable selected part then never pays off, which the cycle cuts
 rely on).
@@ -31,13 +49,18 @@ rely on).
 from __future__ import annotations
 
 import heapq
+import pickle
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
 __all__ = ["IlpResult", "extract_ilp"]
+
+RESTRICT = (4,)                 # candidates per class in the restricted primal phases
+RESTRICT_SHARE = 0.25           # of the time left, at most, for each restricted phase
+RESTRICT_MAX_FRACTION = 0.7     # a restricted model this close to the full one is skipped
 
 
 @dataclass
@@ -48,11 +71,12 @@ class IlpResult:
     gap: float              # (cost - bound) / max(|cost|, 1e-9); 0 when proven optimal
     optimal: bool
     seconds: float
-    cuts: int               # cycle cuts added
+    cuts: int               # class sets whose cycles were cut (2-cycles up front, then lazily)
     status: str             # "optimal" | "time_limit" | "killed" | "infeasible" | "inconsistent"
     #                         | "error: ..."; "inconsistent": HiGHS's answer contradicted itself
     #                         or a checked selection, and the best verified selection is returned
     resolves: int = 0       # solves repeated without the MIP start (see _solve)
+    stats: dict = field(default_factory=dict)   # presolve and model sizes, solve rounds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,8 +187,9 @@ def _find_cycles(P: dict, choice: np.ndarray, limit: int = 200) -> list[list[int
     return cycles
 
 
-def _knuth_greedy(P: dict, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Knuth's generalised Dijkstra over the alive nodes with tree costs: (choice, productive).
+def _knuth_greedy(P: dict, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Knuth's generalised Dijkstra over the alive nodes with tree costs: (choice, productive,
+    tree cost per class).
     A class is chosen only after all children of its chosen node, so the result is acyclic."""
     C = P["n_classes"]
     N = P["node_class"].size
@@ -198,27 +223,98 @@ def _knuth_greedy(P: dict, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             missing[j] -= 1
             if missing[j] == 0 and not done[ncls[j]]:
                 heapq.heappush(heap, (float(acc[j]), j))
-    return choice, done
+    return choice, done, tree
 
 
 # ---------------------------------------------------------------------------------------------
 # Presolve
 
+def _scc_labels(n: int, start: np.ndarray, adj: np.ndarray) -> np.ndarray:
+    """Tarjan's strongly connected components of the CSR digraph (start, adj), iteratively.
+    Labels are in emission order: every edge goes to a component with a label <= its own."""
+    index = np.full(n, -1, np.int64)
+    low = np.zeros(n, np.int64)
+    label = np.full(n, -1, np.int64)
+    onstack = np.zeros(n, bool)
+    stack: list[int] = []
+    counter = 0
+    ncomp = 0
+    st = start.tolist()
+    ad = adj.tolist()
+    for r in range(n):
+        if index[r] >= 0:
+            continue
+        work = [(r, st[r])]
+        index[r] = low[r] = counter
+        counter += 1
+        stack.append(r)
+        onstack[r] = True
+        while work:
+            v, e = work[-1]
+            if e < st[v + 1]:
+                work[-1] = (v, e + 1)
+                w = ad[e]
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    onstack[w] = True
+                    work.append((w, st[w]))
+                elif onstack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                if low[v] < low[u]:
+                    low[u] = low[v]
+            if low[v] == index[v]:
+                while True:
+                    w = stack.pop()
+                    onstack[w] = False
+                    label[w] = ncomp
+                    if w == v:
+                        break
+                ncomp += 1
+    return label
+
+
+def _class_graph(C: int, cand: list[list[int]], kids: list[frozenset], model: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """CSR class -> distinct child classes over the candidates, model classes only."""
+    start = np.zeros(C + 1, np.int64)
+    adj: list[int] = []
+    for c in range(C):
+        if model[c]:
+            ks: set[int] = set()
+            for i in cand[c]:
+                ks.update(k for k in kids[i] if model[k])
+            adj.extend(sorted(ks))
+        start[c + 1] = len(adj)
+    return start, np.array(adj, np.int64)
+
+
 def _presolve(P: dict) -> dict:
+    """Reduce the problem before it becomes a model (see the module docstring)."""
+    t0 = time.perf_counter()
     C = P["n_classes"]
     N = P["node_class"].size
     cs, cc, ncls, cost = P["child_start"], P["child_class"], P["node_class"], P["node_cost"]
-    kids = [frozenset(int(k) for k in cc[cs[i]: cs[i + 1]]) for i in range(N)]
+    kids = [frozenset(cc[cs[i]: cs[i + 1]].tolist()) for i in range(N)]
     alive = np.array([int(ncls[i]) not in kids[i] for i in range(N)], bool)
-    greedy, productive = _knuth_greedy(P, alive)
-    for i in range(N):
-        if alive[i] and not all(productive[k] for k in kids[i]):
+    greedy, productive, tree = _knuth_greedy(P, alive)
+    stats: dict[str, Any] = {"self_loops": int(N - alive.sum()), "unproductive": 0}
+    for i in np.nonzero(alive)[0]:
+        if not all(productive[k] for k in kids[i]):
             alive[i] = False
+            stats["unproductive"] += 1
+    class_nodes = [P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]].tolist()
+                   for c in range(C)]
     rep = np.arange(N, dtype=np.int64)          # dropped dominated node -> kept dominator
     fixed = np.full(C, -1, np.int64)            # class fixed to a zero-cost leaf
+    dominated = 0
     for c in range(C):
-        cand = [int(i) for i in P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]]
-                if alive[i]]
+        cand = [i for i in class_nodes[c] if alive[i]]
         leaves = [i for i in cand if not kids[i] and cost[i] <= 0.0]
         if leaves:
             fixed[c] = leaves[0]
@@ -235,210 +331,330 @@ def _presolve(P: dict) -> dict:
                     if cost[i] <= cost[j] and kids[i] <= kids[j]:
                         alive[j] = False
                         rep[j] = i
+                        dominated += 1
                         break
                 else:
                     kept.append(j)
+    stats["dominated"] = dominated
+    feasible = bool(all(productive[int(r)] for r in P["roots"]))
     # reachability from the roots over the alive nodes
     reach = np.zeros(C, bool)
     todo = [int(r) for r in P["roots"]]
-    for r in todo:
-        reach[r] = True
+    reach[todo] = True
     while todo:
         c = todo.pop()
-        for i in P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]]:
+        for i in class_nodes[c]:
             if alive[i]:
-                for k in kids[int(i)]:
+                for k in kids[i]:
                     if not reach[k]:
                         reach[k] = True
                         todo.append(k)
-    feasible = bool(all(productive[int(r)] for r in P["roots"]))
+    model = reach & (fixed < 0)
+    cand = [[i for i in class_nodes[c] if alive[i]] if model[c] else [] for c in range(C)]
+    gstart, gadj = _class_graph(C, cand, kids, model)
+    comp = _scc_labels(C, gstart, gadj)
+    sizes = np.bincount(comp[model], minlength=int(comp.max(initial=0)) + 1)
+    cyclic = model & (sizes[comp] > 1)
+    stats.update(classes=int(model.sum()),
+                 nodes=int(sum(len(x) for x in cand)), fixed=int((fixed >= 0).sum()),
+                 cyclic_classes=int(cyclic.sum()),
+                 cyclic_components=int(np.unique(comp[cyclic]).size),
+                 seconds=round(time.perf_counter() - t0, 3))
     return {"alive": alive, "rep": rep, "fixed": fixed, "reach": reach, "kids": kids,
-            "greedy": greedy, "feasible": feasible}
+            "greedy": greedy, "tree": tree, "feasible": feasible, "model": model, "cand": cand,
+            "comp": comp, "cyclic": cyclic, "stats": stats}
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+
+class _Model:
+    """The HiGHS model of a presolved problem: columns a_c (model classes), x_i (their
+    candidates), t_c (classes of cyclic components, acyclic="order" only)."""
+
+    def __init__(self, P: dict, pre: dict, opts: dict):
+        import highspy
+
+        self.P, self.pre = P, pre
+        C = P["n_classes"]
+        cost = P["node_cost"]
+        kids, cand, cyclic, comp = pre["kids"], pre["cand"], pre["cyclic"], pre["comp"]
+        mclasses = np.nonzero(pre["model"])[0]
+        self.a_col = a_col = np.full(C, -1, np.int64)
+        a_col[mclasses] = np.arange(mclasses.size)
+        self.nodes = nodes = np.array([i for c in mclasses for i in cand[c]], np.int64)
+        self.nA = nA = mclasses.size
+        self.x_col = x_col = np.full(P["node_class"].size, -1, np.int64)
+        x_col[nodes] = nA + np.arange(nodes.size)
+        self.ncol = ncol = nA + nodes.size
+        self.order = order = opts.get("acyclic", "cuts") == "order"
+        tclasses = np.nonzero(cyclic)[0] if order else np.zeros(0, np.int64)
+        self.t_col = t_col = np.full(C, -1, np.int64)
+        t_col[tclasses] = ncol + np.arange(tclasses.size)
+        self.ntotal = ntotal = ncol + tclasses.size
+        sizes_c = np.bincount(comp[cyclic], minlength=int(comp.max(initial=0)) + 1)
+
+        self.h = h = highspy.Highs()
+        self.inf = inf = highspy.kHighsInf
+        h.setOptionValue("output_flag", bool(opts.get("verbose", False)))
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("random_seed", int(opts.get("seed", 0)))
+        h.setOptionValue("mip_rel_gap", float(opts.get("rel_gap", 0.0)))
+        h.setOptionValue("mip_abs_gap", 1e-7)
+        for k, v in (opts.get("highs") or {}).items():
+            h.setOptionValue(k, v)
+        lower = np.zeros(ntotal)
+        upper = np.ones(ntotal)
+        for r in P["roots"]:
+            if a_col[r] >= 0:
+                lower[a_col[r]] = 1.0
+        for c in tclasses:
+            upper[t_col[c]] = max(int(sizes_c[comp[c]]) - 1, 0)
+        self.obj = obj = np.zeros(ntotal)
+        obj[nA: ncol] = cost[nodes]
+        h.addVars(ntotal, lower, upper)
+        h.changeColsCost(ntotal, np.arange(ntotal, dtype=np.int32), obj)
+        h.changeColsIntegrality(ncol, np.arange(ncol, dtype=np.int32),
+                                np.full(ncol, 1, np.uint8))   # kInteger
+        # per class: Σ x - a = 0
+        ncand = np.array([len(cand[c]) for c in mclasses], np.int64)
+        node_cls = P["node_class"][nodes].astype(np.int64)
+        ends = np.cumsum(ncand + 1) - 1
+        cols = np.empty(int(ncand.sum()) + nA, np.int64)
+        vals = np.ones(cols.size)
+        cols[ends], vals[ends] = a_col[mclasses], -1.0
+        member = np.ones(cols.size, bool)
+        member[ends] = False
+        cols[member] = x_col[nodes]             # `nodes` lists each class's candidates in turn
+        blocks = [(np.zeros(nA), np.zeros(nA), np.repeat(np.arange(nA), ncand + 1), cols, vals)]
+        # per (class c, child class k): Σ_{i in c uses k} x_i - a_k <= 0, or a_c - a_k <= 0 when
+        # every candidate of c uses k: one row per class pair, not one per node, and no weaker
+        owner = np.repeat(np.arange(nodes.size), [len(kids[i]) for i in nodes])
+        child = np.fromiter((k for i in nodes for k in kids[i]), np.int64, owner.size)
+        keep = a_col[child] >= 0 if child.size else np.zeros(0, bool)
+        owner, child = owner[keep], child[keep]
+        pc = node_cls[owner]
+        key = pc * C + child
+        order_ = np.argsort(key, kind="stable")
+        owner, child, pc, key = owner[order_], child[order_], pc[order_], key[order_]
+        first = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
+        gid = np.cumsum(first) - 1
+        gstart = np.flatnonzero(first)
+        gsize = np.diff(np.r_[gstart, key.size])
+        gc, gk = pc[gstart], child[gstart]
+        whole = gsize == ncand[a_col[gc]] if gc.size else np.zeros(0, bool)
+        nrow = gstart.size
+        # rows: whole groups [a_c, a_k] (1, -1); others [x_i..., a_k] (1..., -1)
+        sizes = np.where(whole, 2, gsize + 1)
+        row_of_entry = np.repeat(np.arange(nrow), sizes)
+        pos = np.zeros(sizes.sum(), np.int64)
+        val = np.ones(sizes.sum())
+        ends = np.cumsum(sizes) - 1
+        val[ends] = -1.0
+        pos[ends] = a_col[gk]
+        wr = np.flatnonzero(whole)
+        pos[ends[wr] - 1] = a_col[gc[wr]]
+        part = ~whole[gid]
+        slot = np.cumsum(sizes)[gid] - sizes[gid] + (np.arange(key.size) - gstart[gid])
+        pos[slot[part]] = x_col[nodes[owner[part]]]
+        blocks.append((np.full(nrow, -inf), np.zeros(nrow), row_of_entry, pos, val))
+        self.nrows = 0
+        for lo, hi, rows_, cols_, vals_ in blocks:
+            self._add_rows(lo, hi, rows_, cols_, vals_)
+        pairs = int(nrow)
+
+        # in-component class edges (c, k) and the candidates of c using k
+        self.uses: dict[tuple[int, int], list[int]] = {}
+        cyc_e = cyclic[gc] & (comp[gk] == comp[gc]) if gc.size else np.zeros(0, bool)
+        for g in np.flatnonzero(cyc_e):
+            us = nodes[owner[gstart[g]: gstart[g] + gsize[g]]]
+            self.uses[(int(gc[g]), int(gk[g]))] = [int(i) for i in us]
+        # cyclic components: 2-cycles up front (x_{c->k} + x_{k->c} <= a_c and <= a_k); with
+        # acyclic="order" also t_c >= t_k + 1 when c uses k (big-M = the component's size)
+        self.seen: set[frozenset] = set()
+        rl: list[float] = []
+        ru: list[float] = []
+        starts: list[int] = []
+        idx: list[int] = []
+        val_: list[float] = []
+
+        def row(lo: float, hi: float, cols: list[int], coefs: list[float]) -> None:
+            rl.append(lo)
+            ru.append(hi)
+            starts.append(len(idx))
+            idx.extend(cols)
+            val_.extend(coefs)
+
+        two = 0
+        for (c, k), us in self.uses.items():
+            if order:
+                M = float(sizes_c[comp[c]])
+                row(1.0 - M, inf, [int(t_col[c]), int(t_col[k])] + [int(x_col[i]) for i in us],
+                    [1.0, -1.0] + [-M] * len(us))
+            if c < k and (k, c) in self.uses:
+                back = self.uses[(k, c)]
+                cols = [int(x_col[i]) for i in us + back]
+                for end in (c, k):
+                    row(-inf, 0.0, cols + [int(a_col[end])], [1.0] * len(cols) + [-1.0])
+                self.seen.add(frozenset((c, k)))
+                two += 1
+        if rl:
+            h.addRows(len(rl), np.array(rl), np.array(ru), len(idx), np.array(starts, np.int32),
+                      np.array(idx, np.int32), np.array(val_, np.float64))
+            self.nrows += len(rl)
+        self.stats = {"columns": int(ntotal), "rows": self.nrows, "child_rows": pairs,
+                      "two_cycles": two}
+
+    def _add_rows(self, lo: np.ndarray, hi: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                  vals: np.ndarray) -> None:
+        """Rows given as (row index, column, value) triples sorted by row."""
+        n = lo.size
+        if not n:
+            return
+        starts = np.searchsorted(rows, np.arange(n)).astype(np.int32)
+        self.h.addRows(n, np.asarray(lo, np.float64), np.asarray(hi, np.float64), cols.size,
+                       starts, np.asarray(cols, np.int32), np.asarray(vals, np.float64))
+        self.nrows += n
+
+    def cycle_cut(self, classes: list[int]) -> int:
+        """Rows for the class set S of a cycle: each c in S is active only if some candidate of S
+        uses no class of S (in an acyclic selection the active part of S has a sink). Returns
+        1, or 0 when S was cut before."""
+        S = frozenset(classes)
+        if S in self.seen:
+            return 0
+        self.seen.add(S)
+        cand, kids = self.pre["cand"], self.pre["kids"]
+        entry = [int(self.x_col[i]) for c in S for i in cand[c] if not (kids[i] & S)]
+        for c in S:
+            cols = entry + [int(self.a_col[c])]
+            self.h.addRow(-self.inf, 0.0, len(cols), np.array(cols, np.int32),
+                          np.array([-1.0] * len(entry) + [1.0]))
+        return 1
+
+    def start_vector(self, choice: np.ndarray) -> np.ndarray | None:
+        """Column values of a valid selection (dominated nodes mapped to their dominators), or
+        None when it does not fit the model."""
+        P, pre = self.P, self.pre
+        rep, fixed = pre["rep"], pre["fixed"]
+        sel = np.array(choice, np.int64)
+        for c in np.nonzero(sel >= 0)[0]:
+            j = int(sel[c])
+            while rep[j] != j:
+                j = int(rep[j])
+            sel[c] = j
+        if _valid_cost(P, sel) is None:
+            return None
+        _, topo = _post_order(P, sel)
+        v = np.zeros(self.ntotal)
+        rank: dict[int, int] = {}
+        for c in topo:
+            if fixed[c] >= 0:
+                continue
+            if self.a_col[c] < 0 or self.x_col[sel[c]] < 0:
+                return None
+            v[self.a_col[c]] = 1.0
+            v[self.x_col[sel[c]]] = 1.0
+            if self.t_col[c] >= 0:      # position among its component's selected classes
+                lab = int(pre["comp"][c])
+                v[self.t_col[c]] = rank.get(lab, 0)
+                rank[lab] = rank.get(lab, 0) + 1
+        return v
+
+    def selection(self, colv: np.ndarray) -> np.ndarray:
+        C = self.P["n_classes"]
+        fixed = self.pre["fixed"]
+        sel = np.full(C, -1, np.int64)
+        sel[fixed >= 0] = fixed[fixed >= 0]
+        xs = colv[self.nA: self.ncol] > 0.5
+        sel[self.P["node_class"][self.nodes[xs]]] = self.nodes[xs]
+        return sel
 
 
 # ---------------------------------------------------------------------------------------------
 # The solve loop (runs in the worker process by default)
 
-def _solve(P: dict, opts: dict) -> dict:
-    import highspy
+class _Incumbent:
+    """The best verified selection so far (never taken on trust: each offer is walked by
+    `_valid_cost`) and the best proven bound; `emit` (the worker's progress channel) hears of
+    every improvement, so a killed worker still hands back what it found."""
 
+    def __init__(self, P: dict, emit: Callable[[dict], None] | None):
+        self.P, self.emit = P, emit
+        self.choice: np.ndarray | None = None
+        self.cost = float("inf")
+        self.bound = 0.0
+
+    def offer(self, sel: np.ndarray | None) -> bool:
+        v = _valid_cost(self.P, sel)
+        if v is None or v >= self.cost - _tol(v) * (self.choice is not None):
+            return False
+        self.choice, self.cost = _trimmed(self.P, np.asarray(sel, np.int64)), v
+        self._emit()
+        return True
+
+    def offer_bound(self, b: float) -> None:
+        if np.isfinite(b) and b > self.bound:
+            self.bound = b
+            self._emit()
+
+    def _emit(self) -> None:
+        if self.emit is not None and self.choice is not None:
+            self.emit({"choice": self.choice, "cost": self.cost,
+                       "bound": min(self.bound, self.cost)})
+
+
+def _solve(P: dict, opts: dict) -> dict:
     t0 = time.perf_counter()
-    time_limit = float(opts["time_limit"])
-    C = P["n_classes"]
+    deadline = t0 + float(opts["time_limit"])
+    if "wall_deadline" in opts:         # the caller's clock: the worker's start-up counts too
+        deadline = min(deadline, t0 + float(opts["wall_deadline"]) - time.time())
     cost = P["node_cost"]
     if np.any(cost < 0):
         raise ValueError("extract_ilp needs non-negative node costs")
+    out: dict[str, Any] = {"choice": None, "cost": float("inf"), "bound": 0.0, "cuts": 0,
+                           "status": "infeasible", "optimal": False, "stats": {}}
+    inc = _Incumbent(P, opts.get("emit"))
+    inc.offer(opts.get("warm_start"))           # the warm start, then the acyclic greedy
     pre = _presolve(P)
-    out = {"choice": None, "cost": float("inf"), "bound": 0.0, "cuts": 0, "status": "infeasible",
-           "optimal": False}
+    stats: dict[str, Any] = {"presolve": pre["stats"]}
+    out["stats"] = stats
     if not pre["feasible"]:
         return out
-    alive, fixed, reach, kids, rep = (pre["alive"], pre["fixed"], pre["reach"], pre["kids"],
-                                      pre["rep"])
+    inc.offer(pre["greedy"])
 
-    # best known valid selection: the given warm start or the acyclic greedy
-    best, best_cost = None, float("inf")
-    for cand in (opts.get("warm_start"), pre["greedy"]):
-        v = _valid_cost(P, cand)
-        if v is not None and v < best_cost:
-            best, best_cost = _trimmed(P, np.asarray(cand, np.int64)), v
-
-    # model columns: x for alive nodes in reachable, unfixed classes; a for those classes
-    mclasses = np.nonzero(reach & (fixed < 0))[0]
-    a_col = np.full(C, -1, np.int64)
-    a_col[mclasses] = np.arange(mclasses.size)
-    nodes = np.array([i for c in mclasses
-                      for i in P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]]
-                      if alive[i]], np.int64)
-    nA = mclasses.size
-    x_col = np.full(P["node_class"].size, -1, np.int64)
-    x_col[nodes] = nA + np.arange(nodes.size)
-    ncol = nA + nodes.size
-    order = opts.get("acyclic", "cuts") == "order"
-    ncol_total = ncol + (nA if order else 0)
-
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", bool(opts.get("verbose", False)))
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("random_seed", int(opts.get("seed", 0)))
-    h.setOptionValue("mip_rel_gap", float(opts.get("rel_gap", 0.0)))
-    h.setOptionValue("mip_abs_gap", 1e-7)
-    inf = highspy.kHighsInf
-    lower = np.zeros(ncol_total)
-    upper = np.ones(ncol_total)
-    for r in P["roots"]:
-        if a_col[r] >= 0:
-            lower[a_col[r]] = 1.0
-    obj = np.zeros(ncol_total)
-    obj[nA: ncol] = cost[nodes]
-    if order:
-        upper[ncol:] = max(nA - 1, 0)
-    h.addVars(ncol_total, lower, upper)
-    h.changeColsCost(ncol_total, np.arange(ncol_total, dtype=np.int32), obj)
-    h.changeColsIntegrality(ncol, np.arange(ncol, dtype=np.int32),
-                            np.full(ncol, 1, np.uint8))   # kInteger
-    rl, ru, starts, idx, val = [], [], [], [], []
-
-    def row(lo, hi, cols, coefs):
-        rl.append(lo)
-        ru.append(hi)
-        starts.append(len(idx))
-        idx.extend(cols)
-        val.extend(coefs)
-
-    for c in mclasses:
-        xs = [int(x_col[i]) for i in P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]]
-              if alive[i]]
-        row(0.0, 0.0, xs + [int(a_col[c])], [1.0] * len(xs) + [-1.0])
-    M = float(nA)
-    for i in nodes:
-        ci = int(a_col[P["node_class"][i]])
-        for k in kids[int(i)]:
-            if a_col[k] >= 0:
-                row(-inf, 0.0, [int(x_col[i]), int(a_col[k])], [1.0, -1.0])
-                if order:  # t_c - t_k - M x_i >= 1 - M
-                    row(1.0 - M, inf, [ncol + ci, ncol + int(a_col[k]), int(x_col[i])],
-                        [1.0, -1.0, -M])
-    if rl:
-        h.addRows(len(rl), np.array(rl), np.array(ru), len(idx), np.array(starts, np.int32),
-                  np.array(idx, np.int32), np.array(val, np.float64))
-
-    def start_vector(choice: np.ndarray) -> np.ndarray | None:
-        sel = np.array(choice, np.int64)
-        for c in range(C):                       # dominated / non-leaf -> representative
-            if sel[c] >= 0:
-                j = int(sel[c])
-                while rep[j] != j:
-                    j = int(rep[j])
-                sel[c] = j
-        if _valid_cost(P, sel) is None:
-            return None
-        _, _, state = _dag_walk(P, sel)
-        v = np.zeros(ncol_total)
-        for c in np.nonzero(state == 2)[0]:
-            if fixed[c] >= 0:
-                continue
-            if a_col[c] < 0 or x_col[sel[c]] < 0:
-                return None
-            v[a_col[c]] = 1.0
-            v[x_col[sel[c]]] = 1.0
-        if order:   # topological positions: a class after all of its children
-            _, topo = _post_order(P, sel)
-            for pos_, c in enumerate(topo):
-                if a_col[c] >= 0:
-                    v[ncol + a_col[c]] = min(pos_, max(nA - 1, 0))
-        return v
-
-    # class-cycle cuts: for classes c_1 -> ... -> c_k -> c_1, at most k-1 of the node sets
-    # S_j = {model nodes of c_j using c_{j+1}} may be selected (one node per class at most)
-    by_class: dict[int, list[int]] = {}
-    for i in nodes:
-        by_class.setdefault(int(P["node_class"][i]), []).append(int(i))
-    seen_cuts: set[tuple[int, ...]] = set()
-
-    def class_cycle_cut(classes: list[int]) -> bool:
-        cols: list[int] = []
-        k = len(classes)
-        for j, c in enumerate(classes):
-            nxt = classes[(j + 1) % k]
-            cols += [int(x_col[i]) for i in by_class.get(c, ()) if nxt in kids[i]]
-        key = tuple(sorted(cols))
-        if key in seen_cuts or not cols:
-            return False
-        seen_cuts.add(key)
-        h.addRow(-inf, float(k - 1), len(key), np.array(key, np.int32), np.ones(len(key)))
-        return True
-
-    cuts = 0
-    if not order:           # every 2-cycle of classes up front (inverse rewrites make many)
-        uses = {c: set().union(*(kids[i] for i in by_class[c])) for c in by_class}
-        for c, ks in uses.items():
-            for k in ks:
-                if k > c and k in uses and c in uses[k]:
-                    cuts += class_cycle_cut([c, k])
-    bound = 0.0             # HiGHS's dual bound (fixed classes cost 0: the model's bound is ours)
-    status = "time_limit"
-    resolves = 0
-    deadline = t0 + time_limit
-    while True:
-        if time.perf_counter() >= deadline:
+    # primal phases: the model over each class's K candidates of least tree cost (and the best
+    # selection's), K growing while such a restricted model still solves to optimality in its
+    # share of the time; each answer is a valid selection and the next phase's start. Their
+    # bounds hold for the restricted model only and are not kept.
+    stats["restricted"] = []
+    full_nodes = sum(len(x) for x in pre["cand"])
+    cut_sets: set[frozenset] = set()            # cycles cut in a phase: cut in the full model too
+    for k in opts.get("restrict", RESTRICT):
+        left = deadline - time.perf_counter()
+        if left <= 0:
             break
-        if ncol:
-            v = start_vector(best) if best is not None else None
-            kind, ms, colv, db, again = run_checked(h, obj, v, deadline)
-            resolves += again
-            if np.isfinite(db):
-                bound = max(bound, db)      # cuts only tighten the model: every bound holds
-            if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
-                status = kind if kind in ("infeasible", "inconsistent") else status
-                break
-        else:
-            ms = highspy.HighsModelStatus.kOptimal
-            colv = np.zeros(0)
-        sel = np.full(C, -1, np.int64)
-        sel[fixed >= 0] = fixed[fixed >= 0]
-        if ncol:
-            xs = colv[nA: ncol] > 0.5
-            sel[P["node_class"][nodes[xs]]] = nodes[xs]
-        cyc = _find_cycles(P, sel)
-        if not cyc:
-            v = _valid_cost(P, sel)
-            if v is None or (ncol and v > float(obj @ colv) + _tol(v)):
-                status = "inconsistent"     # an acyclic model solution is a valid selection
-                break
-            if v < best_cost:
-                best, best_cost = _trimmed(P, sel), v
-            if ms == highspy.HighsModelStatus.kOptimal:
-                status = "optimal"
+        t = time.perf_counter()
+        sub = _restricted(P, pre, int(k), inc.choice)
+        n_sub = sum(len(x) for x in sub["cand"])
+        if n_sub > RESTRICT_MAX_FRACTION * full_nodes:
             break
-        added = 0
-        for cy in cyc:
-            if any(x_col[i] < 0 for i in cy):
-                raise AssertionError("cycle through a node outside the model")
-            added += class_cycle_cut([int(P["node_class"][i]) for i in cy])
-        if not added:
-            raise AssertionError("a cycle survived its own cut")
-        cuts += added
+        ms = _Model(P, sub, opts)
+        loop = _cut_loop(P, ms, inc, t + RESTRICT_SHARE * left, bounds=False)
+        cut_sets |= ms.seen
+        stats["restricted"].append({"k": int(k), "nodes": n_sub, "cost": inc.cost,
+                                    "status": loop["status"],
+                                    "seconds": round(time.perf_counter() - t, 2)})
+        if loop["status"] != "optimal":
+            break
+    t = time.perf_counter()
+    m = _Model(P, pre, opts)
+    inherited = sum(m.cycle_cut(sorted(S)) for S in cut_sets)
+    stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3),
+                                "inherited_cuts": inherited}
+    loop = _cut_loop(P, m, inc, deadline)
+    stats["rounds"] = loop["rounds"]
+    best, best_cost, bound, status = inc.choice, inc.cost, inc.bound, loop["status"]
     # "optimal" only when the bound proves the returned selection's cost, whatever HiGHS said
     optimal = best is not None and best_cost - bound <= _tol(best_cost) + \
         float(opts.get("rel_gap", 0.0)) * abs(best_cost)
@@ -448,24 +664,185 @@ def _solve(P: dict, opts: dict) -> dict:
         status = "optimal"
     elif status == "optimal" or (status == "infeasible" and best is not None):
         status = "inconsistent"
-    out.update(choice=best, cost=best_cost, bound=bound, cuts=cuts, status=status,
-               optimal=optimal, resolves=resolves)
+    out.update(choice=best, cost=best_cost, bound=bound, cuts=loop["cuts"] + inherited,
+               status=status, optimal=optimal, resolves=loop["resolves"])
     return out
 
 
-def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
+def _restricted(P: dict, pre: dict, k: int, keep: np.ndarray | None) -> dict:
+    """`pre` with each model class cut down to its k candidates of least tree cost (own cost
+    plus the children's Knuth tree costs; ties by node index), plus the one `keep` selects there
+    (mapped to its dominator), so `keep` stays a valid start."""
+    if "score" not in pre:
+        tree, kids, cost = pre["tree"], pre["kids"], P["node_cost"]
+        pre["score"] = {i: float(cost[i]) + sum(float(tree[j]) for j in kids[i])
+                        for cs in pre["cand"] for i in cs}
+    score, rep = pre["score"], pre["rep"]
+    cand = []
+    for c, cs in enumerate(pre["cand"]):
+        if len(cs) <= k:
+            cand.append(cs)
+            continue
+        sel = sorted(cs, key=lambda i: (score[i], i))[:k]
+        if keep is not None and keep[c] >= 0:
+            j = int(keep[c])
+            while rep[j] != j:
+                j = int(rep[j])
+            if j not in sel and j in cs:
+                sel.append(j)
+        cand.append(sel)
+    return dict(pre, cand=cand)
+
+
+def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bool = True
+              ) -> dict:
+    """Solve `m` until its incumbent is acyclic (lazy cycle cuts), the deadline passes or HiGHS
+    stops, offering every acyclic solution it sees to `inc` (and, with `bounds`, HiGHS's dual
+    bounds: only the full model's bound the true optimum). Returns the status and counts."""
+    import highspy
+
+    status = "time_limit"
+    resolves = 0
+    cuts = m.stats["two_cycles"]        # class sets cut: the 2-cycles up front, then lazily
+    rounds = 0
+    seen_cycles: list[list[int]] = []   # cycles of incumbents HiGHS reported during a solve
+
+    def improving(colv: np.ndarray) -> None:
+        sel = m.selection(colv)
+        cyc = _find_cycles(P, sel, limit=20)
+        if cyc:
+            seen_cycles.extend(cyc)
+        else:
+            inc.offer(sel)
+
+    while True:
+        if time.perf_counter() >= deadline:
+            break
+        if m.ncol:
+            start = m.start_vector(inc.choice) if inc.choice is not None else None
+            kind, ms, colv, db, again = run_checked(m.h, m.obj, start, deadline,
+                                                    on_improving=improving)
+            rounds += 1
+            resolves += again
+            if bounds:
+                inc.offer_bound(db)         # cuts only tighten the model: every bound holds
+            if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
+                status = kind if kind in ("infeasible", "inconsistent") else status
+                break
+        else:
+            ms = highspy.HighsModelStatus.kOptimal
+            colv = np.zeros(0)
+        sel = m.selection(colv)
+        cyc = _find_cycles(P, sel)
+        if not cyc:
+            if _valid_cost(P, sel) is None or (
+                    m.ncol and _valid_cost(P, sel) > float(m.obj @ colv) + _tol(inc.cost)):
+                status = "inconsistent"     # an acyclic model solution is a valid selection
+                break
+            inc.offer(sel)
+            if ms == highspy.HighsModelStatus.kOptimal:
+                status = "optimal"
+            break
+        added = 0
+        for cy in cyc + seen_cycles:
+            if any(m.x_col[i] < 0 for i in cy):
+                raise AssertionError("cycle through a node outside the model")
+            added += m.cycle_cut([int(P["node_class"][i]) for i in cy])
+        seen_cycles.clear()
+        if not added:
+            raise AssertionError("a cycle survived its own cut")
+        cuts += added
+    return {"status": status, "cuts": cuts, "rounds": rounds, "resolves": resolves}
+
+
+def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
+                on_improving: Callable[[np.ndarray], None] | None = None,
+                start_callback: bool = True
                 ) -> tuple[str, Any, np.ndarray | None, float, int]:
     """`h.run()` (with `start` as the MIP start when given) until `deadline` (perf_counter), and
     check that the solution HiGHS returns is the one its objective describes: highspy 1.16 hands
-    back the MIP start itself when the start, mapped into the presolved space, is already optimal
-    there, while its objective and bound are those of another solution (of the presolved start,
-    sometimes without the presolve offset). On a mismatch the solve is repeated once without the
-    start (clearSolver also drops the last solution, which HiGHS would otherwise reuse as one).
+    back a MIP start set with setSolution itself when the start, mapped into the presolved space,
+    is already optimal there, while its objective and bound are those of another solution (of the
+    presolved start, sometimes without the presolve offset: then both are too low). Where highspy
+    has the user-solution callback (1.16) the start is handed over through it instead, during the
+    search, which avoids that path (`start_callback=False`: setSolution always). A returned
+    solution whose cost meets the dual bound is accepted (the bound proves it optimal); on any
+    other mismatch the solve is repeated once without the start (clearSolver also drops the last
+    solution, which HiGHS would otherwise reuse as one).
 
     Returns (kind, model status, column values, dual bound, repeats): kind "ok" (column values
     checked), "infeasible", "none" (no incumbent, e.g. out of time), "inconsistent" (a mismatch
     without a start as well; values None). The dual bound is the largest HiGHS reported (-inf
-    when none), which every run of the same model proves."""
+    when none), which every run of the same model proves.
+
+    `on_improving(column values)` hears of each improving solution during the run where highspy
+    reports it in the model's own columns (1.16 does; 1.7 reports the presolved model's, which
+    are ignored) and its objective agrees; what it is given is still to be checked."""
+    cbs = _Callbacks(h, obj, on_improving, start_callback and start is not None)
+    try:
+        return _run_checked(h, obj, start, deadline, cbs)
+    finally:
+        cbs.stop()
+
+
+class _Callbacks:
+    """HiGHS callbacks for one run_checked: improving solutions to `on_improving`, and the MIP
+    start handed over as a user solution. Each part is used only where highspy has it."""
+
+    def __init__(self, h, obj: np.ndarray, on_improving: Callable[[np.ndarray], None] | None,
+                 want_start: bool):
+        import highspy
+
+        self.h, self.obj, self.fn = h, obj, on_improving
+        self.start: list[float] | None = None
+        self.kinds: list[Any] = []
+        cb = getattr(highspy, "cb", None)
+        if cb is None or not hasattr(h, "setCallback"):
+            self.user_solution = False
+            return
+        T = cb.HighsCallbackType
+        self.IMPROVING = getattr(T, "kCallbackMipImprovingSolution", None)
+        self.USER = getattr(T, "kCallbackMipUserSolution", None)
+        self.user_solution = want_start and self.USER is not None and \
+            hasattr(getattr(cb, "HighsCallbackInput", None), "setSolution")
+        wanted = ([self.IMPROVING] if on_improving is not None and self.IMPROVING is not None
+                  else []) + ([self.USER] if self.user_solution else [])
+        if not wanted:
+            return
+        try:
+            h.setCallback(self._callback, None)
+            for k in wanted:
+                h.startCallback(k)
+                self.kinds.append(k)
+        except Exception:       # no usable callbacks: setSolution and no progress reports
+            self.stop()
+            self.user_solution = False
+
+    def _callback(self, kind, message, data_out, data_in, user_data) -> None:
+        try:
+            if self.USER is not None and int(kind) == int(self.USER):
+                if self.start is not None:
+                    data_in.setSolution(self.start)
+                    self.start = None
+                return
+            v = np.asarray(data_out.mip_solution, np.float64)
+            if v.shape == self.obj.shape and _agree(float(self.obj @ v),
+                                                     float(data_out.objective_function_value)):
+                self.fn(v)
+        except Exception:       # a callback must not raise into HiGHS; the run goes on
+            pass
+
+    def stop(self) -> None:
+        for k in self.kinds:
+            try:
+                self.h.stopCallback(k)
+            except Exception:
+                pass
+        self.kinds = []
+
+
+def _run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
+                 cbs: _Callbacks) -> tuple[str, Any, np.ndarray | None, float, int]:
     import highspy
 
     bound = -np.inf
@@ -474,12 +851,15 @@ def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
         if left <= 0:
             return "none", None, None, bound, repeat
         h.setOptionValue("time_limit", float(left))
-        if start is not None:
+        if start is not None and cbs.user_solution:
+            cbs.start = np.asarray(start, np.float64).tolist()
+        elif start is not None:
             sol = highspy.HighsSolution()
             sol.col_value = np.asarray(start, np.float64).tolist()
             sol.value_valid = True
             h.setSolution(sol)
         h.run()
+        cbs.start = None
         ms = h.getModelStatus()
         info = h.getInfo()
         if ms == highspy.HighsModelStatus.kInfeasible:
@@ -490,7 +870,9 @@ def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float
         if info.primal_solution_status != 2:        # no feasible incumbent
             return "none", ms, None, bound, repeat
         colv = np.asarray(h.getSolution().col_value, np.float64)
-        if _agree(float(np.dot(obj, colv)), float(info.objective_function_value)):
+        value = float(np.dot(obj, colv))
+        if _agree(value, float(info.objective_function_value)) or value <= bound + _tol(value):
+            # what HiGHS returned is what it says it is, or the dual bound proves it optimal
             return "ok", ms, colv, bound, repeat
         if start is None:
             break
@@ -538,10 +920,12 @@ def _post_order(P: dict, sel: np.ndarray) -> tuple[bool, list[int]]:
 def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None = None,
                 seed: int = 0, *, in_process: bool = False, acyclic: str = "cuts",
                 rel_gap: float = 0.0, kill_margin: float = 10.0,
-                verbose: bool = False) -> IlpResult:
+                verbose: bool = False, highs_options: dict[str, Any] | None = None,
+                restrict: tuple[int, ...] = RESTRICT) -> IlpResult:
     """Optimal DAG extraction (see the module docstring). `warm_start` (a valid selection, e.g.
-    the greedy result) is the MIP start and the fallback; with `in_process=False` the solve runs
-    in a spawned subprocess killed after `time_limit + kill_margin` seconds."""
+    ocf+switch) is the MIP start and the fallback; with `in_process=False` the solve runs in a
+    spawned subprocess killed after `time_limit + kill_margin` seconds. `restrict`: candidates
+    per class of the restricted primal phases (() for none); `highs_options`: set on HiGHS."""
     from .dag import dag_cost, is_valid
 
     if acyclic not in ("cuts", "order"):
@@ -553,19 +937,25 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
         ws = np.asarray(warm_start, np.int64)
         if ws.shape != (problem.n_classes,) or not is_valid(problem, ws):
             ws = None
-    opts = {"time_limit": time_limit, "warm_start": ws, "seed": seed, "acyclic": acyclic,
-            "rel_gap": rel_gap, "verbose": verbose}
+    opts = {"time_limit": time_limit, "wall_deadline": time.time() + time_limit,
+            "warm_start": ws, "seed": seed, "acyclic": acyclic,
+            "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {}),
+            "restrict": tuple(int(k) for k in restrict)}
     if in_process:
         res = _solve(P, opts)
     else:
         res = _run_subprocess(P, opts, time_limit + kill_margin)
-    if res["status"] in ("killed",) or res["status"].startswith("error"):
-        fb = ws
+    if res["status"] == "killed" or res["status"].startswith("error"):
+        # the worker's last report (checked below like any answer), else the warm start
+        fb = res.get("choice")
+        if fb is None or _valid_cost(P, fb) is None:
+            fb = ws
+            res["bound"] = 0.0
         if fb is None:
-            greedy, _ = _knuth_greedy(P, np.ones(P["node_class"].size, bool))
+            greedy, _, _ = _knuth_greedy(P, np.ones(P["node_class"].size, bool))
             fb = greedy if _valid_cost(P, greedy) is not None else None
-        res.update(choice=None if fb is None else _trimmed(P, fb), bound=0.0, cuts=0,
-                   optimal=False)
+        res.update(choice=None if fb is None else _trimmed(P, fb), cuts=0, optimal=False,
+                   bound=float(res.get("bound", 0.0)))
     if ws is not None and (res["choice"] is None or dag_cost(
             problem, np.asarray(res["choice"], np.int64)) > dag_cost(problem, ws)):
         # never worse than the warm start (_solve starts from it, so this is a safety net)
@@ -584,50 +974,80 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
         (cost - bound) / max(abs(cost), 1e-9) if np.isfinite(cost) else float("inf"))
     return IlpResult(choice, cost, bound, max(gap, 0.0), bool(res["optimal"]),
                      time.perf_counter() - t0, int(res["cuts"]), res["status"],
-                     int(res.get("resolves", 0)))
+                     int(res.get("resolves", 0)), dict(res.get("stats", {})))
+
+
+_WORKER: list[str] | None = None     # the worker's command line (tests stand in a fake one)
 
 
 def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
-    """Solve in `python -m eqsat_nb.extract.ilp` (pickles over stdin/stdout); kill at deadline."""
-    import pickle
+    """Solve in `python -m eqsat_nb.extract.ilp` (pickles over stdin, framed pickles back); kill
+    at `deadline` seconds. The worker reports every improvement as it is found, so a killed
+    worker's result is its last report (status "killed"), not nothing."""
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "eqsat_nb.extract.ilp"],
+    proc = subprocess.Popen(_WORKER or [sys.executable, "-m", "eqsat_nb.extract.ilp"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=None if opts.get("verbose") else subprocess.PIPE)
+    data = pickle.dumps((P, opts), protocol=pickle.HIGHEST_PROTOCOL)
     try:
-        out, err = proc.communicate(pickle.dumps((P, opts), protocol=pickle.HIGHEST_PROTOCOL),
-                                    timeout=deadline)
+        out, err = proc.communicate(data, timeout=deadline)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
-        return {"status": "killed"}
+        out, _ = proc.communicate()         # what the worker wrote before it was killed
+        progress = [m for kind, m in _frames(out) if kind == "progress"]
+        return dict(progress[-1] if progress else {}, status="killed")
     except BaseException:       # Ctrl-C, MemoryError...: leave no worker behind
         proc.kill()
         proc.wait()
         raise
-    if proc.returncode != 0 or not out:
+    frames = _frames(out)
+    final = [m for kind, m in frames if kind in ("ok", "error")]
+    if proc.returncode != 0 or not final:
         tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        return {"status": f"error: ILP worker exited {proc.returncode}: {tail[0]}"}
-    kind, payload = pickle.loads(out)
+        progress = [m for kind, m in frames if kind == "progress"]
+        return dict(progress[-1] if progress else {},
+                    status=f"error: ILP worker exited {proc.returncode}: {tail[0]}")
+    kind, payload = frames[-1]
     return payload if kind == "ok" else {"status": f"error: {payload}"}
+
+
+def _frames(out: bytes) -> list[tuple[str, Any]]:
+    """The complete (kind, payload) messages in the worker's output (a cut-off last one is
+    dropped)."""
+    msgs = []
+    pos = 0
+    while pos + 8 <= len(out):
+        n = int.from_bytes(out[pos: pos + 8], "little")
+        if pos + 8 + n > len(out):
+            break
+        msgs.append(pickle.loads(out[pos + 8: pos + 8 + n]))
+        pos += 8 + n
+    return msgs
 
 
 def _main() -> None:
     import os
-    import pickle
     import sys
 
     P, opts = pickle.load(sys.stdin.buffer)
-    result_fd = os.dup(1)           # whatever HiGHS prints goes to stderr, not into the pickle
+    result_fd = os.dup(1)           # whatever HiGHS prints goes to stderr, not into the pickles
     os.dup2(2, 1)
+
+    def send(kind: str, payload: Any) -> None:
+        b = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        b = len(b).to_bytes(8, "little") + b
+        while b:
+            b = b[os.write(result_fd, b):]
+
+    opts["emit"] = lambda progress: send("progress", progress)
     try:
         res = ("ok", _solve(P, opts))
     except Exception as e:      # reported to the parent as status "error: ..."
         res = ("error", f"{type(e).__name__}: {e}")
-    with os.fdopen(result_fd, "wb") as f:
-        f.write(pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL))
+    send(*res)
+    os.close(result_fd)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,11 @@ def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -
         from .ocf import extract_ocf
         from .switch import joint_switch
         return Extraction(joint_switch(problem, extract_ocf(problem)))
-    if method == "ilp":
-        from .greedy import extract_greedy
+    if method == "ilp":     # warm-started from ocf+switch, never worse than it (extract_ilp)
         from .ilp import extract_ilp
-        res = extract_ilp(problem, time_limit=time_limit, warm_start=extract_greedy(problem))
+        from .ocf import extract_ocf
+        from .switch import joint_switch
+        res = extract_ilp(problem, time_limit=time_limit,
+                          warm_start=joint_switch(problem, extract_ocf(problem)))
         return Extraction(res.choice, res.bound, res.gap, res.status)
     raise ValueError(f"unknown extraction method {method!r} (known: {', '.join(METHODS)})")
