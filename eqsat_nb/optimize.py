@@ -44,7 +44,7 @@ class Options:
     limits: Limits = Limits()               # saturation limits (TENSAT's defaults)
     mcts: Any = None                        # MctsOptions for search="mcts" (None: defaults)
     extract: str = "ilp"
-    ilp_time_limit: float = 60.0
+    ilp_time_limit: float = 10.0            # seconds (see --ilp-time-limit)
     budget: Budget | None = None            # the command's time budget (None: only the limits)
     reserve: float = 0.0                    # seconds of the budget kept for after optimize()
     search_share: float = 0.5               # of the budget left (less reserve) when search starts

@@ -79,6 +79,26 @@ def test_family_budget_ban_holds_back_returning_flooders_firmly():
     assert BackoffScheduler(100, 2).admit(back, 3, room=200) == {"a", "b", "c"}   # egg's
 
 
+def test_multi_pattern_merges_are_not_held_to_the_budget_and_keep_their_turns():
+    """A merge that flooded gets egg's backoff but no firm budget ban, and a turn it was banned
+    over is not used up: applications count only iterations it was applied in."""
+    s = BackoffScheduler(match_limit=100, ban_length=2, budget_share=0.5)
+    assert s.admit([Candidate("m", "f", 101, 5, multi=True)], 1, room=10_000) == set()
+    assert s.applications("m") == 0                       # banned: no turn used
+    assert s.admit([Candidate("m", "f", 150, 5, multi=True)], 3, room=200) == {"m"}
+    s.applied("m", 3)
+    assert s.applications("m") == 1
+
+
+def test_banned_merge_keeps_its_second_turn(rules):
+    """NasRNN: iteration 2's merges of merged pairs flood and are banned; with k_multi 2 the
+    rule still gets its second turn once its threshold lets them in (three-way merges)."""
+    eg = graph_to_egraph(load(str(ROOT / "ir_examples" / "nasrnn.tir")))
+    report = saturate(eg, rules, Limits(k_multi=2))
+    fired = report.applied["merge_matmuls_axis1_2d"]
+    assert report.banned.get("merge_matmuls_axis1_2d", 0) >= 1 and fired > 280
+
+
 def test_cut_bans_skips_rules_that_cannot_run_next():
     s = BackoffScheduler(match_limit=1, ban_length=5)
     s.admit([Candidate("multi", "m", 5, 1)], 2)
@@ -232,9 +252,11 @@ def test_run_reports_held_back_rules_and_match_limit_0_restores_every_rule(tmp_p
     assert main(args + [str(rep)]) == 0
     text = capsys.readouterr().out
     report = json.loads(rep.read_text())
-    # iteration 2 joins 6 160 merge pairs (k_multi 2): over the match limit
-    assert report["rules_banned"] == {"merge_matmuls_axis1_2d": 1}
+    # iteration 2 joins 6 160 merge pairs (k_multi 2): over the match limit, banned until its
+    # doubled threshold lets them in; the rule keeps its second turn for then (three-way merges)
+    assert report["rules_banned"] == {"merge_matmuls_axis1_2d": 3}
     assert "held back by the scheduler" in text and "merge_matmuls_axis1_2d" in text
+    assert report["rules_fired"]["merge_matmuls_axis1_2d"] > 280
     assert main(args + [str(tmp_path / "every.json"), "--match-limit", "0"]) == 0
     every = json.loads((tmp_path / "every.json").read_text())
     assert every["rules_banned"] == {}

@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Limits:
     """Saturation limits (search/saturate.py, search/schedule.py). Defaults: TENSAT's 50 000 nodes
-    and 15 iterations; multi-pattern rules in the first 2 iterations (TENSAT's published e-graphs
-    were built with k_multi 2, its paper's tables mostly use 1); egg's BackoffScheduler (a rule
+    and 15 iterations; multi-pattern rules in 2 iterations each (TENSAT's published e-graphs were
+    built with k_multi 2, its paper's tables mostly use 1: the first 2, or later ones for a rule
+    the scheduler banned in between); egg's BackoffScheduler (a rule
     with more than `match_limit` matches in an iteration is banned for `ban_length` iterations,
     both doubled at each of its bans; None: every rule in every iteration, as TENSAT); a rule
     family that was banned before is banned again while its matches could take more than
     `budget_share` of the nodes left, and that ban is not cut short when nothing else changes
-    (None: no such ban); the node limit is enforced within a rule's application."""
+    (None: no such ban; multi-pattern merges are exempt); the node limit is enforced within a
+    rule's application."""
 
     node_limit: int = 50_000
     iter_limit: int = 15

@@ -3,7 +3,9 @@
 Each iteration searches every rule the scheduler lets run on the rebuilt e-graph (each distinct
 source pattern once), drops matches that would close a cycle, applies the rest (shape-checked, see
 rules/apply.py), rebuilds, and filters the newest node of any cycle the unions still made.
-Multi-pattern rules run only in the first `k_multi` iterations. The scheduler (schedule.py, egg's
+Multi-pattern rules run in `k_multi` iterations each: TENSAT's first `k_multi`, unless the
+scheduler banned one of them then, which keeps its turn for when the ban ends (a merge of merged
+pairs with a third operand comes in the second one). The scheduler (schedule.py, egg's
 BackoffScheduler) bans a rule for a few iterations when its matches exceed a threshold, so one
 family cannot fill the node budget alone; the node limit is enforced within a rule's application.
 The run stops when an iteration changes nothing and no ban is left to cut short (saturated) or at
@@ -135,8 +137,8 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
         if work_clock() - work_start > limits.time_limit:     # Numba compilation not counted
             stop = "time limit"
             break
-        record, hit_limit, changed = run_iteration(eg, compiled, limits, it + 1,
-                                                   it < limits.k_multi, scheduler=scheduler)
+        record, hit_limit, changed = run_iteration(eg, compiled, limits, it + 1, True,
+                                                   scheduler=scheduler)
         iterations.append(record)
         _compact_if_mostly_dead(eg, compiled)
         if progress is not None:
@@ -145,7 +147,8 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
             stop = "node limit"
             break
         if not changed and not scheduler.cut_bans(
-                it + 1, lambda name: it + 1 < limits.k_multi or name not in multi):
+                it + 1, lambda name: name not in multi
+                or scheduler.applications(name) < limits.k_multi):
             stop = "saturated"
             break
     return Report(iterations, stop, time.perf_counter() - start)
@@ -185,7 +188,8 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     stats: dict[str, RuleStats] = {}
     if scheduler is not None:
         compiled = [r for r in compiled if scheduler.may_search(r.name, number)
-                    and (with_multi or not r.is_multi)]
+                    and (not r.is_multi or with_multi
+                         and scheduler.applications(r.name) < limits.k_multi)]
         sinces = [scheduler.since(r.name) for r in compiled]
         since = max(sinces, default=0)      # the usual one: the index lists its new nodes first
     else:
@@ -198,7 +202,8 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
         height = heights(index.cstart, index.cnodes, eg.nodes, eg.children, eg.classes, found)
     found_matches = _search_all(compiled, eg, index, with_multi, limits, sinces)
     if scheduler is not None:
-        found = [Candidate(r.name, r.family, len(found_matches[r.name]), r.applier.new_nodes)
+        found = [Candidate(r.name, r.family, len(found_matches[r.name]), r.applier.new_nodes,
+                           r.is_multi)
                  for r in compiled if r.name in found_matches]
         ok = scheduler.admit(found, number, limits.node_limit - eg.num_nodes)
         for c in found:
