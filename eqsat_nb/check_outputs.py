@@ -234,7 +234,7 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
 # bytes per element as the interpreter holds values (floats in its float32)
 _ITEMSIZE = {"f16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
 # working memory of one node beyond its results, in multiples of the results' bytes (temporaries
-# of the NumPy expressions in ir/interp.py); conv2d's im2col buffer is counted separately
+# of the NumPy expressions in ir/interp.py); conv2d's own buffers are `_conv_work`'s
 _WORK = {"softmax": 2, "layernorm": 3, "gelu": 3, "sigmoid": 2, "batchnorm": 2, "matmul": 1,
          "conv2d": 2, "poolavg": 1, "poolmax": 1, "merge": 1}
 # rough speeds of the interpreter on one core of a loaded 2-core machine, a little on the slow
@@ -260,6 +260,7 @@ def _bytes(ty) -> int:
 
 
 def _conv_pads(x: Any, w: Any, attrs: dict):
+    """((top, bottom), (left, right)) of a conv2d node, as `ir.interp.conv2d` pads."""
     from .ir.shapes import spatial_pads
     return spatial_pads(x.shape[2:], w.shape[2:], attrs["stride"], attrs["pad"])
 
