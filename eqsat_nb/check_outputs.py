@@ -170,7 +170,18 @@ def verify_graphs(original: Graph, optimized: Graph, weights: Mapping[str, Any] 
         for seed in seeds:
             outs = run(both, env, seed=seed, check=check)
             yield outs[:n], outs[n:]
-    return worst_over(list(original.outputs), runs(), seeds, rtol, atol_rel)
+    with one_blas_thread():
+        return worst_over(list(original.outputs), runs(), seeds, rtol, atol_rel)
+
+
+def one_blas_thread() -> Any:
+    """A context in which NumPy's BLAS runs on one thread, as the rest of the interpreter does.
+    On the 2-vCPU development machine, shared with other jobs, OpenBLAS's default two threads
+    made verification 3-5x slower (ViT-Huge 38-45 s vs 9.5 s, NasNet-A 4.4 vs 1.4 s): each
+    matmul waits for its slower thread, and one thread ran big matmuls faster even on an idle
+    machine there (94 vs 58 GFLOP/s). Restored on exit."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _deadline_check(deadline: float | None) -> Callable[[], None] | None:
@@ -190,7 +201,8 @@ def _worst_over_seeds(original: Graph, env: dict, candidate: Callable[[int], Seq
     """Compare `candidate(seed)` with the interpreter on `original`, keeping each output's
     worst check over the seeds."""
     runs = ((run(original, env, seed=seed, check=stop), candidate(seed)) for seed in seeds)
-    return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel)
+    with one_blas_thread():
+        return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel)
 
 
 def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], Sequence[Any]]],
@@ -237,11 +249,11 @@ _ITEMSIZE = {"f16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
 # of the NumPy expressions in ir/interp.py); conv2d's own buffers are `_conv_work`'s
 _WORK = {"softmax": 2, "layernorm": 3, "gelu": 3, "sigmoid": 2, "batchnorm": 2, "matmul": 1,
          "conv2d": 2, "poolavg": 1, "poolmax": 1, "merge": 1}
-# rough speeds of the interpreter on one core of a loaded 2-core machine, a little on the slow
-# side (measured on ir_examples/: BLAS matmuls and im2col/1x1 convs 16-60 GFLOP/s, depthwise
-# convs 1.5 GFLOP/s, memory-bound ops 3 GB/s written, random weights 140-400 M/s, the low end
-# where fresh memory is first touched)
-_GEMM_FLOPS_PER_S = 15e9        # matmul, conv2d on its im2col or 1x1 path
+# rough speeds of the interpreter (BLAS on one thread) on a 2-core machine, about half of what
+# it measured on an idle one, since the machine may be shared: on ir_examples/, BLAS matmuls and
+# convs on their im2col or 1x1 path 50-80 GFLOP/s, depthwise convs 2 GFLOP/s, memory-bound ops
+# 5 GB/s written, random weights 260 M/s (100 where fresh memory is first touched)
+_GEMM_FLOPS_PER_S = 30e9        # matmul, conv2d on its im2col or 1x1 path
 _FLOPS_PER_S = 1e9              # everything else
 _BYTES_PER_S = 2e9              # bytes of results and temporaries written
 _RANDOM_PER_S = 100e6           # random elements drawn

@@ -2,9 +2,9 @@
 a100 profile's, analytic costs, ILP extraction) run in the reference interpreter on one random
 input set and every output compared. `shared` is what `eqsat-nb run` does: both graphs merged,
 each distinct expression computed once; `separate` runs each graph on its own with the same
-kernels (the old path's shape), so the two medians show what sharing saves. `extra_info` has the
-node counts, the merged graph's size, the planner's estimate and the check's max error.
-Quick tier: NasRNN; full tier: the models whose verification dominated `run`."""
+kernels and BLAS threads (the old path's shape), so the two medians show what sharing saves.
+`extra_info` has the node counts, the merged graph's size, the planner's estimate and the check's
+max error. Quick tier: NasRNN; full tier: the models whose verification dominated `run`."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -12,7 +12,8 @@ from functools import lru_cache
 import pytest
 from benchutil import RULES, Rounds, example
 
-from eqsat_nb.check_outputs import compare, estimate_verification, verify_graphs
+from eqsat_nb.check_outputs import (compare, estimate_verification, one_blas_thread,
+                                    verify_graphs)
 from eqsat_nb.cost.analytic import AnalyticCostModel
 from eqsat_nb.ir import interp
 from eqsat_nb.ir.parse import load
@@ -34,7 +35,8 @@ def optimized(model: str):
 
 
 def _separately(graph, opt) -> float:
-    ref, got = interp.run(graph, seed=0), interp.run(opt, seed=0)
+    with one_blas_thread():
+        ref, got = interp.run(graph, seed=0), interp.run(opt, seed=0)
     return max(c.relative_err for c in compare(ref, got, graph.outputs))
 
 

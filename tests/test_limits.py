@@ -210,7 +210,7 @@ def test_estimate_covers_the_interpreters_peak():
 def test_big_tensors_estimate_without_allocating():
     est = estimate_verification(parse(BIG), parse(BIG))
     assert est.peak_bytes > 4 * 30000**2 * 4          # inputs and outputs at least
-    assert est.seconds > 3600                           # 4 matmuls of 30000^3
+    assert est.seconds > 1000       # a matmul of 30000^3 (computed once: both are one expression)
 
 
 def test_chunked_compare_equals_the_whole_array_formula(monkeypatch):
