@@ -221,3 +221,19 @@ def test_a_transposed_output_is_compared_in_chunks_without_a_copy(monkeypatch):
     monkeypatch.setattr(check_outputs, "COMPARE_CHUNK", 1 << 20)
     whole = compare([np.ascontiguousarray(out)], [np.ascontiguousarray(got)], ["y"])[0]
     assert chunked == whole and not chunked.ok
+
+
+@pytest.mark.parametrize("act", interp._ACT_OPS)
+@pytest.mark.parametrize("op", interp._FUSED_ACT)
+def test_a_fused_activation_is_its_op_after_the_bare_op_to_the_bit(op, act):
+    """What lets `shared_graph` share fused and unfused forms: the interpreter computes
+    op{act} exactly as the activation's op applied to op{act = none}."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 3, 6, 6) if op != "matmul" else (6, 6), dtype=np.float32)
+    args = [x] + ([rng.standard_normal((4, 3, 3, 3), dtype=np.float32)] if op == "conv2d" else
+                  [rng.standard_normal((6, 6), dtype=np.float32)] if op == "matmul" else [])
+    attrs = {"conv2d": {"stride": (1, 1), "pad": "same"},
+             "matmul": {}}.get(op, {"kernel": (2, 2), "stride": (1, 1), "pad": "same"})
+    fused = interp._KERNELS[op]({**attrs, "act": act}, *args)
+    bare = interp._KERNELS[op]({**attrs, "act": "none"}, *args)
+    np.testing.assert_array_equal(fused, interp._KERNELS[act]({}, bare))

@@ -8,6 +8,7 @@ one that computes each distinct expression once (what verification runs).
 """
 from __future__ import annotations
 
+import itertools
 import zlib
 from math import erf, prod, sqrt
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -364,8 +365,10 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
     return [values[v] for v in graph.outputs]
 
 
-# ops whose kernel applies its fused `act` last, to the result of the same op without it
+# ops whose kernel applies its fused `act` last (`_ACT[act]`), to the result of the same op
+# without it; and the activations whose op's kernel is that same function
 _FUSED_ACT = ("conv2d", "matmul", "poolmax", "poolavg")
+_ACT_OPS = ("relu", "sigmoid", "tanh")
 
 
 def shared_graph(graphs: Sequence[Graph]) -> Graph:
@@ -374,9 +377,10 @@ def shared_graph(graphs: Sequence[Graph]) -> Graph:
     would, at the cost of the graphs' distinct parts only (an optimized graph and its original
     share most values).
 
-    Two values are one expression when they have the same key: (op, attributes, result types,
-    the keys of the operands in order, the result's index); an input is its name and type, a
-    weight its name, shape and dtype (values are drawn per name, so each is drawn once). Keys are
+    Two nodes are one expression when they have the same key: (op, attributes, result types,
+    the keys of the operands in order), and then each of their results is one value; an input is
+    its name and type, a weight its name, shape and dtype (values are drawn per name, so each is
+    drawn once; a weight read as a batchnorm variance in either graph is drawn positive). Keys are
     compared whole (dict equality), never by a digest, and attributes by `repr` (0.0 and -0.0,
     1 and True stay apart), so two different expressions never share a value. Two identities are
     the interpreter's own definitions, and are applied so that fused and unfused forms share:
@@ -393,7 +397,7 @@ def shared_graph(graphs: Sequence[Graph]) -> Graph:
             if input_types.setdefault(name, ty) != ty:
                 raise ValueError(f"the graphs declare input {name} as {input_types[name]} and {ty}")
     taken = set(input_types)
-    counter = iter(range(1 << 62))
+    counter = itertools.count()
     keys: dict[tuple, tuple[str, ...]] = {}           # expression key -> its result names
     rank: dict[str, tuple] = {name: (-1,) for name in input_types}
     emitted: list[tuple[tuple, Node]] = []
@@ -430,8 +434,8 @@ def shared_graph(graphs: Sequence[Graph]) -> Graph:
                 env[node.results[0]] = ins[0]
                 continue
             attrs = node.attrs
-            act = dict(attrs).get("act", "none") if node.op in _FUSED_ACT else "none"
-            if act != "none":
+            act = dict(attrs).get("act") if node.op in _FUSED_ACT else None
+            if act in _ACT_OPS:
                 bare = tuple((n, "none" if n == "act" else v) for n, v in attrs)
                 ins = emit(node.op, ins, bare, node.types, node.loc, (pos, k, j, 0))
                 res = emit(act, ins, (), node.types, node.loc, (pos, k, j, 1))
