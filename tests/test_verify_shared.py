@@ -237,3 +237,23 @@ def test_a_fused_activation_is_its_op_after_the_bare_op_to_the_bit(op, act):
     fused = interp._KERNELS[op]({**attrs, "act": act}, *args)
     bare = interp._KERNELS[op]({**attrs, "act": "none"}, *args)
     np.testing.assert_array_equal(fused, interp._KERNELS[act]({}, bare))
+
+
+def test_blas_runs_on_one_thread_while_verifying(monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    real_run = check_outputs.run
+
+    def recording_run(*args, **kwargs):
+        seen.append(blas_threads())
+        return real_run(*args, **kwargs)
+
+    before = blas_threads()
+    monkeypatch.setattr(check_outputs, "run", recording_run)
+    assert verify_graphs(ORIGINAL, CORRECT["fused relu"], seeds=(0, 1)).ok
+    assert len(seen) == 2 and all(t == [1] * len(before) for t in seen)
+    assert blas_threads() == before

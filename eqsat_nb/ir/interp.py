@@ -245,7 +245,8 @@ def eval_opaque(node: Node, args: list[Array], in_types: list[TensorType] | None
         in_types = [TensorType(a.shape, _NP_TO_DTYPE.get(a.dtype, "f32")) for a in args]
     if float_dtype is None:
         float_dtype = next((a.dtype for a in args if a.dtype.kind == "f"), np.float32)
-    args = [np.ascontiguousarray(a) for a in args]      # kernels may return views
+    # kernels may return views (not np.ascontiguousarray: it makes a 0-d array 1-d)
+    args = [a if a.flags.c_contiguous else a.copy(order="C") for a in args]
     outs = run_opaque(node.attrs, args, in_types, node.types)
     return tuple(o if t.dtype in _EXACT else o.astype(float_dtype, copy=False)
                  for o, t in zip(outs, node.types))
