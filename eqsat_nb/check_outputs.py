@@ -7,11 +7,18 @@ atol_rel*max|ref| element-wise, with rtol 1e-4 and atol_rel 1e-5: fp32 reassocia
 measured at <= 4e-7 of max|ref| here, while NumPy's default allclose rejects correct rewrites
 (near-zero elements of a large-valued output).
 
+Both graphs run as one (`ir.interp.shared_graph`): an expression the optimized graph shares with
+the original (same op, attributes and operand expressions down to the same inputs and weight
+names) is computed once and both read that value, as recomputing it would give (the interpreter
+is deterministic); everything else, the rewritten part and whatever depends on it, is computed
+for each graph, and every output of each is compared as before. Each weight is drawn once.
+
 Memory and time: the interpreter runs in float32 (the comparison converts to float64 a chunk at a
 time), frees every value after its last use, and draws random tensors a chunk at a time; still, a
 model's activations and weights must fit. `estimate_verification` predicts the peak memory and
-the time from the shapes alone, so `eqsat-nb run` can skip (and say so) a verification that would
-not fit its memory budget or time limit, and `verify_graphs` takes a deadline.
+the time from the shapes alone, simulating the same merged run, so `eqsat-nb run` can skip (and
+say so) a verification that would not fit its memory budget or time limit, and `verify_graphs`
+takes a deadline.
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .ir.graph import Graph
-from .ir.interp import RANDOM_CHUNK, run
+from .ir.interp import RANDOM_CHUNK, conv2d_path, run, shared_graph
 
 RTOL = 1e-4
 ATOL_REL = 1e-5
@@ -113,8 +120,8 @@ def compare(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
         if ref.shape != got.shape:
             out.append(OutputCheck(name, False, float("inf"), 0.0, float("inf")))
             continue
-        r, g = ref.reshape(-1), got.reshape(-1)
-        n = r.size
+        r, g = _flat(ref), _flat(got)
+        n = ref.size
         chunks = range(0, n, COMPARE_CHUNK)
         scale = float(np.max([np.max(np.abs(r[i:i + COMPARE_CHUNK])) for i in chunks])
                       ) if n else 0.0      # np.max: a NaN propagates, as in one np.max
@@ -136,10 +143,17 @@ def compare(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
     return out
 
 
+def _flat(a: np.ndarray):
+    """The elements in C order, sliceable: a view when contiguous, else `a.flat` (a slice of it
+    copies that chunk only; kernels may return views, e.g. a transposed matrix)."""
+    return a.reshape(-1) if a.flags.c_contiguous else a.flat
+
+
 def verify_graphs(original: Graph, optimized: Graph, weights: Mapping[str, Any] | None = None,
                   seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL,
                   deadline: float | None = None) -> Verification:
     """Run both graphs on the same random inputs (one set per seed) and compare every output.
+    They run merged (`shared_graph`): what they share is computed once.
 
     `weights` maps weight names (without '@') to real values; missing ones are random. With a
     `deadline` (on search.limits.work_clock) the interpreter raises VerificationStopped once it
@@ -149,9 +163,25 @@ def verify_graphs(original: Graph, optimized: Graph, weights: Mapping[str, Any] 
                          f"{len(optimized.outputs)} values")
     env = {"@" + k: v for k, v in (weights or {}).items()}
     check = _deadline_check(deadline)
-    return _worst_over_seeds(original, env,
-                             lambda seed: run(optimized, env, seed=seed, check=check), seeds,
-                             rtol, atol_rel, check)
+    both = shared_graph([original, optimized])
+    n = len(original.outputs)
+
+    def runs() -> Iterable[tuple[list, list]]:
+        for seed in seeds:
+            outs = run(both, env, seed=seed, check=check)
+            yield outs[:n], outs[n:]
+    with one_blas_thread():
+        return worst_over(list(original.outputs), runs(), seeds, rtol, atol_rel)
+
+
+def one_blas_thread() -> Any:
+    """A context in which NumPy's BLAS runs on one thread, as the rest of the interpreter does.
+    On the 2-vCPU development machine, shared with other jobs, OpenBLAS's default two threads
+    made verification 3-5x slower (ViT-Huge 38-45 s vs 9.5 s, NasNet-A 4.4 vs 1.4 s): each
+    matmul waits for its slower thread, and one thread ran big matmuls faster even on an idle
+    machine there (94 vs 58 GFLOP/s). Restored on exit."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _deadline_check(deadline: float | None) -> Callable[[], None] | None:
@@ -171,7 +201,8 @@ def _worst_over_seeds(original: Graph, env: dict, candidate: Callable[[int], Seq
     """Compare `candidate(seed)` with the interpreter on `original`, keeping each output's
     worst check over the seeds."""
     runs = ((run(original, env, seed=seed, check=stop), candidate(seed)) for seed in seeds)
-    return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel)
+    with one_blas_thread():
+        return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel)
 
 
 def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], Sequence[Any]]],
@@ -215,14 +246,17 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
 # bytes per element as the interpreter holds values (floats in its float32)
 _ITEMSIZE = {"f16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
 # working memory of one node beyond its results, in multiples of the results' bytes (temporaries
-# of the NumPy expressions in ir/interp.py); conv2d's im2col buffer is counted separately
+# of the NumPy expressions in ir/interp.py); conv2d's own buffers are `_conv_work`'s
 _WORK = {"softmax": 2, "layernorm": 3, "gelu": 3, "sigmoid": 2, "batchnorm": 2, "matmul": 1,
          "conv2d": 2, "poolavg": 1, "poolmax": 1, "merge": 1}
-# rough speeds of the interpreter on one core of a loaded 2-core machine (measured on
-# ir_examples/: 0.1 to 7 GFLOP/s, memory-bound ops and random weights dominate the small models)
-_FLOPS_PER_S = 3e9
-_BYTES_PER_S = 1e9            # bytes of results and temporaries written
-_RANDOM_PER_S = 40e6          # random elements drawn
+# rough speeds of the interpreter (BLAS on one thread) on a 2-core machine, about half of what
+# it measured on an idle one, since the machine may be shared: on ir_examples/, BLAS matmuls and
+# convs on their im2col or 1x1 path 50-80 GFLOP/s, depthwise convs 2 GFLOP/s, memory-bound ops
+# 5 GB/s written, random weights 260 M/s (100 where fresh memory is first touched)
+_GEMM_FLOPS_PER_S = 30e9        # matmul, conv2d on its im2col or 1x1 path
+_FLOPS_PER_S = 1e9              # everything else
+_BYTES_PER_S = 2e9              # bytes of results and temporaries written
+_RANDOM_PER_S = 100e6           # random elements drawn
 _SECONDS_PER_NODE = 2e-4
 MEMORY_MARGIN = 2.0
 
@@ -235,6 +269,29 @@ class VerifyCost:
 
 def _bytes(ty) -> int:
     return prod(ty.shape) * _ITEMSIZE.get(ty.dtype, 8)
+
+
+def _conv_pads(x: Any, w: Any, attrs: dict):
+    """((top, bottom), (left, right)) of a conv2d node, as `ir.interp.conv2d` pads."""
+    from .ir.shapes import spatial_pads
+    return spatial_pads(x.shape[2:], w.shape[2:], attrs["stride"], attrs["pad"])
+
+
+def _conv_work(x: Any, w: Any, out: Any, attrs: dict) -> int:
+    """Bytes of `ir.interp.conv2d`'s temporaries besides its result, for the path it takes:
+    a copy of the (strided) input for a 1x1; the padded input and one product for taps; the
+    padded input, the im2col columns and (batch > 1) a reordered result for im2col."""
+    item = _ITEMSIZE.get(x.dtype, 8)
+    pads = _conv_pads(x, w, attrs)
+    n, c, h, wd = x.shape
+    padded = n * c * (h + sum(pads[0])) * (wd + sum(pads[1])) * item
+    path = conv2d_path(w.shape, pads)
+    if path == "1x1":
+        return n * c * prod(out.shape[2:]) * item
+    if path == "taps":
+        return padded + _bytes(out)
+    cols = c * w.shape[2] * w.shape[3] * n * prod(out.shape[2:])
+    return padded + cols * item + (_bytes(out) if n > 1 else 0)
 
 
 def _run_cost(graph: Graph, given: Mapping[str, Any]) -> tuple[int, int, float]:
@@ -267,15 +324,17 @@ def _run_cost(graph: Graph, given: Mapping[str, Any]) -> tuple[int, int, float]:
             continue
         outs = sum(_bytes(t) for t in node.types)
         work = _WORK.get(node.op, 0) * outs
-        if node.op == "conv2d":          # im2col: every output position reads C*kh*kw inputs
+        rate = _GEMM_FLOPS_PER_S if node.op == "matmul" else _FLOPS_PER_S
+        if node.op == "conv2d":
             x, w = (types[v] for v in node.inputs[:2])
-            cols = prod(node.types[0].shape) // w.shape[0] * prod(w.shape[1:])
-            work += 2 * cols * _ITEMSIZE.get(x.dtype, 8) + _bytes(x)   # two copies, padding
-        elif node.op == "opaque":
+            work += _conv_work(x, w, node.types[0], node.attr)
+            if conv2d_path(w.shape, _conv_pads(x, w, node.attr)) != "taps":
+                rate = _GEMM_FLOPS_PER_S
+        elif node.op == "opaque":       # contiguous copies of the operands, ORT's results
             work += 2 * (outs + sum(size.get(v, 0) for v in node.inputs))
         peak = max(peak, live + outs + work)
         in_types = [types[v] for v in node.inputs]
-        seconds += flops(node.op, in_types, list(node.types), node.attrs) / _FLOPS_PER_S
+        seconds += flops(node.op, in_types, list(node.types), node.attrs) / rate
         seconds += (outs + work) / _BYTES_PER_S
         for v in node.inputs:
             remaining[v] -= 1
@@ -289,19 +348,26 @@ def _run_cost(graph: Graph, given: Mapping[str, Any]) -> tuple[int, int, float]:
     return peak, outputs, seconds
 
 
-def estimate_verification(original: Graph, optimized: Graph,
+def estimate_verification(original: Graph, optimized: Graph | None,
                           weights: Mapping[str, Any] | None = None, seeds: int = 1
                           ) -> VerifyCost:
-    """What `verify_graphs(original, optimized, weights)` will need: the reference run, then the
-    candidate run while the reference outputs are kept, then the chunked comparison."""
+    """What `verify_graphs(original, optimized, weights)` will need: the merged run
+    (`shared_graph`, both graphs' outputs kept to its end), then the chunked comparison.
+
+    `optimized` None: not known yet (planning before the search); the bound is then a graph
+    that shares nothing with the original (every node computed twice)."""
     given = weights or {}
-    ref_peak, ref_out, ref_s = _run_cost(original, given)
-    opt_peak, opt_out, opt_s = _run_cost(optimized, given)
     compare_ws = 6 * COMPARE_CHUNK * 8
-    peak = max(ref_peak, ref_out + opt_peak, ref_out + opt_out + compare_ws)
+    if optimized is None:
+        ref_peak, ref_out, ref_s = _run_cost(original, given)
+        peak = max(ref_peak, ref_out + ref_peak, 2 * ref_out + compare_ws)
+        seconds = 2 * ref_s + 2 * ref_out / _BYTES_PER_S
+    else:
+        run_peak, outs, run_s = _run_cost(shared_graph([original, optimized]), given)
+        peak = max(run_peak, outs + compare_ws)
+        seconds = run_s + outs / _BYTES_PER_S
     # the simulation was within -35 % .. +125 % of tracemalloc's peak on ir_examples/: a margin
-    return VerifyCost(int(peak * MEMORY_MARGIN),
-                      seeds * (ref_s + opt_s + (ref_out + opt_out) / _BYTES_PER_S))
+    return VerifyCost(int(peak * MEMORY_MARGIN), seeds * seconds)
 
 
 def available_memory() -> int | None:

@@ -215,6 +215,9 @@ CONV_CASES = [
     ((1, 4, 5, 5), (4, 1, 3, 3), (1, 1), "same"),            # depthwise
     ((1, 3, 5, 4), (6, 1, 3, 3), (1, 1), (1, 1, 1, 1)),       # depthwise, multiplier 2
     ((2, 6, 5, 5), (6, 2, 2, 3), (2, 1), "valid"),            # 3 groups, non-square kernel
+    ((2, 4, 5, 4), (6, 2, 1, 1), (2, 2), "same"),            # 1x1: 2 groups, stride 2, batch 2
+    ((1, 3, 4, 4), (2, 3, 1, 1), (1, 1), (1, 0, 0, 1)),       # 1x1 with padding (im2col path)
+    ((2, 4, 7, 6), (8, 1, 5, 5), (2, 2), "same"),            # depthwise x2, stride 2, batch 2
 ]
 
 
@@ -236,6 +239,18 @@ def test_conv2d_against_loops_and_onnxruntime(case):
     np.testing.assert_allclose(got, ref, **F32)
     got32 = interp_op("conv2d", x, w, weights=(1,), dtype=np.float32, stride=stride, pad=pad)
     np.testing.assert_allclose(got32, ref, **F32)
+
+
+@pytest.mark.parametrize("ws", [(6, 4, 1, 1), (4, 1, 3, 3), (6, 2, 3, 3)],
+                         ids=["1x1", "taps", "im2col"])
+def test_conv2d_reads_a_strided_view_as_its_copy(ws):
+    """Kernels may return views (a transpose, a slice): each conv path reads them as arrays."""
+    base = rand(2, 5, 7, 4, seed=9).transpose(0, 3, 2, 1)      # [2, 4, 7, 5], not contiguous
+    w = rand(*ws, seed=10)
+    for stride in ((1, 1), (2, 2)):
+        a = {"stride": stride, "pad": "same", "act": "none"}
+        np.testing.assert_array_equal(interp.conv2d(base, w, a),
+                                      interp.conv2d(np.ascontiguousarray(base), w, a))
 
 
 @pytest.mark.parametrize("pad", ["same", (0, 0, 1, 1)])

@@ -39,6 +39,15 @@ def test_interpreter_runs_opaque_in_onnxruntime():
     np.testing.assert_allclose(s, 1 / (1 + np.exp(-np.array([[7, 5, 3], [9, 8, 1.0]]))), rtol=1e-6)
 
 
+def test_opaque_reads_a_transposed_view_as_its_copy():
+    """A 2-D transpose is a view in the interpreter; onnxruntime gets it in C order."""
+    text = TEXT.replace("%x: tensor<2x5xf32>", "%x: tensor<5x2xf32>").replace(
+        "  %r = relu(%x) : tensor<2x5xf32>",
+        "  %t = transpose(%x) {perm = [1, 0]} : tensor<2x5xf32>\n  %r = relu(%t) : tensor<2x5xf32>")
+    s, i = run(parse(text), {"%x": np.ascontiguousarray(X.T), "%k": np.array([3])})
+    np.testing.assert_array_equal(i, [[2, 4, 0], [1, 3, 4]])
+
+
 def test_egraph_carries_opaque_unchanged():
     g = parse(TEXT)
     eg = graph_to_egraph(g)

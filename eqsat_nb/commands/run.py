@@ -332,8 +332,8 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     options = options_from_args(args)
     seeds = tuple(range(args.seed, args.seed + args.verify_seeds))
     skip, reserve = None, 0.0
-    if not args.no_verify:      # the optimized graph is not known yet: plan with the original
-        skip, reserve = plan_verification(graph, graph, weights, args, budget, seeds)
+    if not args.no_verify:      # the optimized graph is not known yet: plan for the worst case
+        skip, reserve = plan_verification(graph, None, weights, args, budget, seeds)
     if budget is not None:
         options = dataclasses.replace(options, budget=budget, reserve=reserve)
     total = options.limits.iter_limit if options.search == "saturate" else None
@@ -385,7 +385,8 @@ VERIFY_SHARE = 0.6      # verification may take at most this share of the time b
 def plan_verification(original, optimized, weights, args: argparse.Namespace, budget, seeds
                       ) -> tuple[Any, float]:
     """(NotVerified when checking `optimized` against `original` would not fit the memory
-    budget or the time left, else None; the seconds to keep for it)."""
+    budget or the time left, else None; the seconds to keep for it). `optimized` None: not
+    known yet, planned as a graph that shares nothing with the original."""
     from ..check_outputs import (NotVerified, available_memory, estimate_verification,
                                  human_bytes)
 
