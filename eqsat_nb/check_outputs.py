@@ -174,12 +174,28 @@ def verify_graphs(original: Graph, optimized: Graph, weights: Mapping[str, Any] 
         return worst_over(list(original.outputs), runs(), seeds, rtol, atol_rel)
 
 
+BLAS_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def one_blas_thread() -> Any:
-    """A context in which NumPy's BLAS runs on one thread, as the rest of the interpreter does.
-    On the 2-vCPU development machine, shared with other jobs, OpenBLAS's default two threads
-    made verification 3-5x slower (ViT-Huge 38-45 s vs 9.5 s, NasNet-A 4.4 vs 1.4 s): each
-    matmul waits for its slower thread, and one thread ran big matmuls faster even on an idle
-    machine there (94 vs 58 GFLOP/s). Restored on exit."""
+    """A context in which NumPy's BLAS runs on one thread, as the rest of the interpreter does,
+    on machines with at most two usable CPUs (unless the user set a BLAS thread count): on the
+    2-vCPU development machine, shared with other jobs, OpenBLAS's default two threads made
+    verification 3-5x slower (ViT-Huge 38-45 s vs 9.5 s, NasNet-A 4.4 vs 1.4 s): each matmul
+    waits for its slower thread, and one thread ran big matmuls faster even on an idle machine
+    there (94 vs 58 GFLOP/s). With more CPUs BLAS keeps its threads, which pay off there.
+    Restored on exit."""
+    import contextlib
+    if usable_cpus() > 2 or any(os.environ.get(v) for v in BLAS_THREAD_ENV):
+        return contextlib.nullcontext()
     from threadpoolctl import threadpool_limits
     return threadpool_limits(limits=1, user_api="blas")
 

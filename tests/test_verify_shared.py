@@ -240,7 +240,11 @@ def test_a_fused_activation_is_its_op_after_the_bare_op_to_the_bit(op, act):
 
 
 def test_blas_runs_on_one_thread_while_verifying(monkeypatch):
+    """On a machine with two CPUs or fewer (this one, CI's) BLAS runs on one thread meanwhile."""
     from threadpoolctl import threadpool_info
+    monkeypatch.setattr(check_outputs, "usable_cpus", lambda: 2)
+    for var in check_outputs.BLAS_THREAD_ENV:
+        monkeypatch.delenv(var, raising=False)
 
     def blas_threads() -> list[int]:
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
@@ -257,3 +261,13 @@ def test_blas_runs_on_one_thread_while_verifying(monkeypatch):
     assert verify_graphs(ORIGINAL, CORRECT["fused relu"], seeds=(0, 1)).ok
     assert len(seen) == 2 and all(t == [1] * len(before) for t in seen)
     assert blas_threads() == before
+
+
+def test_blas_keeps_its_threads_with_more_cpus_or_a_user_setting(monkeypatch):
+    """More than two CPUs, or a BLAS thread count the user set: verification leaves BLAS alone."""
+    import contextlib
+    monkeypatch.setattr(check_outputs, "usable_cpus", lambda: 16)
+    assert isinstance(check_outputs.one_blas_thread(), contextlib.nullcontext)
+    monkeypatch.setattr(check_outputs, "usable_cpus", lambda: 2)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    assert isinstance(check_outputs.one_blas_thread(), contextlib.nullcontext)
