@@ -15,8 +15,8 @@ from eqsat_nb.extract.ilp import IlpResult, extract_ilp
 REPO = Path(__file__).resolve().parents[1]
 
 
-def random_problem(rng: np.random.Generator) -> pb.ExtractionProblem:
-    C = int(rng.integers(2, 6))
+def random_nodes(rng: np.random.Generator, C: int) -> tuple[list, list, list]:
+    """1-3 candidates per class, cost 0-5, 0-3 children in any classes: (class, cost, kids)."""
     node_class, cost, kids = [], [], []
     for c in range(C):
         for _ in range(int(rng.integers(1, 4))):
@@ -24,6 +24,12 @@ def random_problem(rng: np.random.Generator) -> pb.ExtractionProblem:
             cost.append(float(rng.integers(0, 6)))
             k = int(rng.choice([0, 1, 1, 2, 2, 3]))
             kids.append([int(x) for x in rng.integers(0, C, size=k)])
+    return node_class, cost, kids
+
+
+def random_problem(rng: np.random.Generator) -> pb.ExtractionProblem:
+    C = int(rng.integers(2, 6))
+    node_class, cost, kids = random_nodes(rng, C)
     # a guaranteed cycle: a node of class 0 uses class 1, a node of class 1 uses class 0
     node_class += [0, 1]
     cost += [0.0, 0.0]
@@ -345,13 +351,7 @@ def random_cyclic_problem(rng: np.random.Generator) -> pb.ExtractionProblem:
     """4-7 classes, 1-3 candidates each whose children are any classes (cycles of every length,
     through zero-cost nodes too), a leaf in the last class so a derivation usually exists."""
     C = int(rng.integers(4, 8))
-    node_class, cost, kids = [], [], []
-    for c in range(C):
-        for _ in range(int(rng.integers(1, 4))):
-            node_class.append(c)
-            cost.append(float(rng.integers(0, 6)))
-            k = int(rng.choice([0, 1, 1, 2, 2, 3]))
-            kids.append([int(x) for x in rng.integers(0, C, size=k)])
+    node_class, cost, kids = random_nodes(rng, C)
     node_class.append(C - 1)
     cost.append(7.0)
     kids.append([])

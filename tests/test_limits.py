@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from traced import traced_peak
 from eqsat_nb import check_outputs
 from eqsat_nb.check_outputs import (NotVerified, compare, estimate_verification,
                                     verify_graphs)
@@ -193,18 +194,10 @@ def test_memory_budget_option_parses_sizes():
 
 
 def test_estimate_covers_the_interpreters_peak():
-    import tracemalloc
-
     for name in ("tiny_conv", "squeezenet", "mobilenetv2", "nasrnn"):
         graph = load(EXAMPLES / f"{name}.tir")
         est = estimate_verification(graph, graph)
-        tracemalloc.start()
-        try:
-            verify_graphs(graph, graph)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert peak <= est.peak_bytes, name
+        assert traced_peak(lambda: verify_graphs(graph, graph)) <= est.peak_bytes, name
 
 
 def test_big_tensors_estimate_without_allocating():

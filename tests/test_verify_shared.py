@@ -5,11 +5,11 @@ only ever one expression, and the numbers are those of running each graph alone.
 """
 from __future__ import annotations
 
-import tracemalloc
 
 import numpy as np
 import pytest
 
+from traced import traced_peak
 from eqsat_nb import check_outputs
 from eqsat_nb.check_outputs import compare, estimate_verification, verify_graphs
 from eqsat_nb.cost.analytic import AnalyticCostModel
@@ -199,13 +199,7 @@ def test_estimate_covers_the_merged_runs_peak(optimized_pairs):
     for name, graph, opt in optimized_pairs:
         est = estimate_verification(graph, opt)
         assert est.peak_bytes <= estimate_verification(graph, None).peak_bytes * 2, name
-        tracemalloc.start()
-        try:
-            verify_graphs(graph, opt)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert peak <= est.peak_bytes, name
+        assert traced_peak(lambda: verify_graphs(graph, opt)) <= est.peak_bytes, name
 
 
 def test_a_transposed_output_is_compared_in_chunks_without_a_copy(monkeypatch):

@@ -64,25 +64,25 @@ class Report:
     stop_reason: str
     seconds: float
 
-    @property
-    def applied(self) -> dict[str, int]:
-        """Applications per rule over the whole run (rules that fired)."""
+    def _per_rule(self, count) -> dict[str, int]:
+        """`count(stats)` summed per rule over the iterations, rules with a zero sum left out."""
         out: dict[str, int] = {}
         for it in self.iterations:
             for name, st in it.rules.items():
-                if st.applied:
-                    out[name] = out.get(name, 0) + st.applied
+                n = count(st)
+                if n:
+                    out[name] = out.get(name, 0) + n
         return out
+
+    @property
+    def applied(self) -> dict[str, int]:
+        """Applications per rule over the whole run (rules that fired)."""
+        return self._per_rule(lambda st: st.applied)
 
     @property
     def banned(self) -> dict[str, int]:
         """Bans per rule over the whole run (rules the scheduler held back at least once)."""
-        out: dict[str, int] = {}
-        for it in self.iterations:
-            for name, st in it.rules.items():
-                if st.banned:
-                    out[name] = out.get(name, 0) + 1
-        return out
+        return self._per_rule(lambda st: 1 if st.banned else 0)
 
 
 @dataclass
