@@ -265,11 +265,15 @@ _ITEMSIZE = {"f16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
 # of the NumPy expressions in ir/interp.py); conv2d's own buffers are `_conv_work`'s
 _WORK = {"softmax": 2, "layernorm": 3, "gelu": 3, "sigmoid": 2, "batchnorm": 2, "matmul": 1,
          "conv2d": 2, "poolavg": 1, "poolmax": 1, "merge": 1}
-# rough speeds of the interpreter (BLAS on one thread) on a 2-core machine, about half of what
-# it measured on an idle one, since the machine may be shared: on ir_examples/, BLAS matmuls and
-# convs on their im2col or 1x1 path 50-80 GFLOP/s, depthwise convs 2 GFLOP/s, memory-bound ops
-# 5 GB/s written, random weights 260 M/s (100 where fresh memory is first touched)
-_GEMM_FLOPS_PER_S = 30e9        # matmul, conv2d on its im2col or 1x1 path
+# rough speeds of the interpreter (BLAS on one thread) on a 2-core machine, below what it
+# measured on an idle one, since the machine may be shared: on ir_examples/, BLAS matmuls and
+# convs on their im2col or 1x1 path 50-100 GFLOP/s (float32 GEMMs of ViT/BERT shapes 92-100),
+# depthwise convs 2 GFLOP/s, memory-bound ops 5 GB/s written, random weights 260 M/s (100 where
+# fresh memory is first touched). With these rates a `run`'s whole check of the 13 benchmark
+# models is estimated at 1.2-4.8x (median 3.0x) the time it took, first in a fresh process, on
+# an idle machine (ViT-Huge 22 s for 9.8 s; at 30 GFLOP/s GEMMs it was 34 s, and a
+# `--time-limit` that would have fit skipped the check)
+_GEMM_FLOPS_PER_S = 60e9        # matmul, conv2d on its im2col or 1x1 path
 _FLOPS_PER_S = 1e9              # everything else
 _BYTES_PER_S = 2e9              # bytes of results and temporaries written
 _RANDOM_PER_S = 100e6           # random elements drawn
