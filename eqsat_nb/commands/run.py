@@ -331,9 +331,9 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
 
     options = options_from_args(args)
     seeds = tuple(range(args.seed, args.seed + args.verify_seeds))
-    skip, reserve = None, 0.0
+    reserve = 0.0
     if not args.no_verify:      # the optimized graph is not known yet: plan for the worst case
-        skip, reserve = plan_verification(graph, None, weights, args, budget, seeds)
+        _, reserve = plan_verification(graph, None, weights, args, budget, seeds)
     if budget is not None:
         options = dataclasses.replace(options, budget=budget, reserve=reserve)
     total = options.limits.iter_limit if options.search == "saturate" else None

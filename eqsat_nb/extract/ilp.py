@@ -132,14 +132,21 @@ def _dag_walk(P: dict, choice: np.ndarray) -> tuple[float, int, np.ndarray]:
     return cost, 0, state
 
 
-def _valid_cost(P: dict, choice) -> float | None:
+def _valid_walk(P: dict, choice) -> tuple[float, np.ndarray] | None:
+    """(DAG cost, the selection with unreachable classes set to -1) of a valid selection, from
+    one walk; None for an invalid one."""
     if choice is None:
         return None
     choice = np.asarray(choice, np.int64)
     if choice.shape != (P["n_classes"],):
         return None
-    cost, status, _ = _dag_walk(P, choice)
-    return cost if status == 0 else None
+    cost, status, state = _dag_walk(P, choice)
+    return (cost, np.where(state == 2, choice, -1).astype(np.int64)) if status == 0 else None
+
+
+def _valid_cost(P: dict, choice) -> float | None:
+    walked = _valid_walk(P, choice)
+    return None if walked is None else walked[0]
 
 
 def _trimmed(P: dict, choice: np.ndarray) -> np.ndarray:
@@ -586,10 +593,10 @@ class _Incumbent:
         self.bound = 0.0
 
     def offer(self, sel: np.ndarray | None) -> bool:
-        v = _valid_cost(self.P, sel)
-        if v is None or v >= self.cost - _tol(v) * (self.choice is not None):
+        walked = _valid_walk(self.P, sel)
+        if walked is None or walked[0] >= self.cost - _tol(walked[0]) * (self.choice is not None):
             return False
-        self.choice, self.cost = _trimmed(self.P, np.asarray(sel, np.int64)), v
+        self.cost, self.choice = walked
         self._emit()
         return True
 
@@ -735,8 +742,8 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
         sel = m.selection(colv)
         cyc = _find_cycles(P, sel)
         if not cyc:
-            if _valid_cost(P, sel) is None or (
-                    m.ncol and _valid_cost(P, sel) > float(m.obj @ colv) + _tol(inc.cost)):
+            v = _valid_cost(P, sel)
+            if v is None or (m.ncol and v > float(m.obj @ colv) + _tol(inc.cost)):
                 status = "inconsistent"     # an acyclic model solution is a valid selection
                 break
             inc.offer(sel)

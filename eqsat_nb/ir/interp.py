@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import TirError
 from .graph import Graph, Node, TensorType
-from .shapes import normalize_axis, spatial_pads
+from .shapes import normalize_axis, padded_out, spatial_pads
 
 Array = np.ndarray
 FLOAT_DTYPES = {"float32": np.float32, "float64": np.float64, "f32": np.float32, "f64": np.float64}
@@ -37,13 +37,6 @@ def _pad_spatial(x: Array, pads: tuple[tuple[int, int], tuple[int, int]], value:
     if t == b == l == r == 0:
         return x
     return np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
-
-
-def _out_hw(hw: Sequence[int], pads, kernel: Sequence[int], stride: Sequence[int]
-            ) -> tuple[int, int]:
-    (t, b), (l, r) = pads
-    return ((hw[0] + t + b - kernel[0]) // stride[0] + 1,
-            (hw[1] + l + r - kernel[1]) // stride[1] + 1)
 
 
 def _taps(xp: Array, kernel: Sequence[int], stride: Sequence[int], out_hw: tuple[int, int]
@@ -72,7 +65,7 @@ def conv2d(x: Array, w: Array, a: dict, b: Array | None = None) -> Array:
     g, og = c // cg, o // (c // cg)
     stride = a["stride"]
     pads = spatial_pads(x.shape[2:], (kh, kw), stride, a["pad"])
-    ho, wo = _out_hw(x.shape[2:], pads, (kh, kw), stride)
+    ho, wo = padded_out(x.shape[2:], pads, (kh, kw), stride)
     path = conv2d_path(w.shape, pads)
     if path == "1x1":
         xs = x[:, :, ::stride[0], ::stride[1]]
@@ -103,7 +96,7 @@ def pool(x: Array, a: dict, kind: str) -> Array:
     """Max or average over each window, as an element-wise max / sum over the kernel taps."""
     kernel, stride = a["kernel"], a["stride"]
     pads = spatial_pads(x.shape[2:], kernel, stride, a["pad"])
-    out_hw = _out_hw(x.shape[2:], pads, kernel, stride)
+    out_hw = padded_out(x.shape[2:], pads, kernel, stride)
     xp = _pad_spatial(x, pads, -np.inf if kind == "max" else 0.0)
     combine = np.maximum if kind == "max" else np.add
     out = None

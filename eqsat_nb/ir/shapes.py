@@ -39,7 +39,13 @@ def spatial_pads(hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int
 
 def spatial_out(hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
                 pad: Padding) -> tuple[int, int]:
-    (t, b), (l, r) = spatial_pads(hw, kernel, stride, pad)
+    return padded_out(hw, spatial_pads(hw, kernel, stride, pad), kernel, stride)
+
+
+def padded_out(hw: tuple[int, int], pads: tuple[tuple[int, int], tuple[int, int]],
+               kernel: tuple[int, int], stride: tuple[int, int]) -> tuple[int, int]:
+    """Output (height, width) of a 2-D window over `hw` padded by ((top, bottom), (left, right))."""
+    (t, b), (l, r) = pads
     return ((hw[0] + t + b - kernel[0]) // stride[0] + 1,
             (hw[1] + l + r - kernel[1]) // stride[1] + 1)
 

@@ -49,9 +49,7 @@ _compiling = {"depth": 0, "since": 0.0, "total": 0.0, "tracking": False}
 
 def compile_seconds() -> float:
     """Seconds spent compiling or loading Numba kernels since `track_compilation()` (0 before)."""
-    c = _compiling
-    running = time.perf_counter() - c["since"] if c["depth"] else 0.0
-    return c["total"] + running
+    return _compiling["total"] + compiling_for()
 
 
 def compiling_for() -> float:

@@ -192,15 +192,14 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
                          and scheduler.applications(r.name) < limits.k_multi)]
         sinces = [scheduler.since(r.name) for r in compiled]
         since = max(sinces, default=0)      # the usual one: the index lists its new nodes first
-    else:
-        sinces = [since] * len(compiled)
     index = MatchIndex(eg, since)
     height = None
     reversed_edges = [np.zeros(0, np.int64)] * 2    # cycle_mask's, built once per iteration
     if limits.filter_cycles:
         found = np.full(1, -1, np.int64)
         height = heights(index.cstart, index.cnodes, eg.nodes, eg.children, eg.classes, found)
-    found_matches = _search_all(compiled, eg, index, with_multi, limits, sinces)
+    found_matches = _search_all(compiled, eg, index, with_multi, limits,
+                                sinces if scheduler is not None else since)
     if scheduler is not None:
         found = [Candidate(r.name, r.family, len(found_matches[r.name]), r.applier.new_nodes,
                            r.is_multi)

@@ -130,10 +130,6 @@ class BackoffScheduler:
         return ok
 
     def applications(self, name: str) -> int:
-        """Iterations in which the rule's matches were applied (searched and not banned)."""
-        return self._get(name).times_applied
-
-    def applications(self, name: str) -> int:
         """Iterations in which the rule was searched and its matches applied (not banned)."""
         return self._get(name).times_applied
 
