@@ -116,10 +116,22 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """--version: the version, and whether the kernels were compiled ahead of time (loading
+    numba to say so, which only this flag needs)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from .kernels import aot_status
+        print(f"eqsat-nb {__version__}\nkernels: {aot_status()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eqsat-nb", description="Tensor-graph superoptimizer "
                                 "(equality saturation over e-graphs).")
-    p.add_argument("--version", action="version", version=f"eqsat-nb {__version__}")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="show the version and which kernels run (compiled ahead of time or "
+                   "just in time), then exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

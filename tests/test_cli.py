@@ -49,9 +49,11 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_version(capsys):
+    """The version, and which kernels run (kernels.aot_status)."""
+    from eqsat_nb.kernels import aot_status
     rc, out, _ = run(capsys, "--version")
     assert rc == 0
-    assert out == f"eqsat-nb {eqsat_nb.__version__}\n"
+    assert out == f"eqsat-nb {eqsat_nb.__version__}\nkernels: {aot_status()}\n"
 
 
 def test_help_lists_exactly_the_working_commands(capsys):

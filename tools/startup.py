@@ -1,6 +1,8 @@
 """Cold and warm start of every command: each runs in a fresh process, first with an empty Numba
-cache (cold: every kernel it needs is compiled), then again on the cache that run filled (warm).
-Reports wall seconds and the command's own Numba compilation time.
+cache (cold), then again on the cache that run filled (warm). Cold is measured twice: as installed
+(the kernels compiled ahead of time, when the install built eqsat_nb._kernels) and with
+EQSAT_NB_JIT=1 (every kernel the command needs is compiled just in time, what a first run costs
+where the install could not build them). Reports wall seconds.
 
     python tools/startup.py [--repeat 3] [--only run-nasrnn ...]
 """
@@ -30,10 +32,14 @@ COMMANDS: dict[str, list[str]] = {
 }
 
 
-def run_once(name: str, cache: str, scratch: str) -> float:
-    """Wall seconds of one command in a fresh process using Numba cache folder `cache`."""
+def run_once(name: str, cache: str, scratch: str, jit: bool = False) -> float:
+    """Wall seconds of one command in a fresh process using Numba cache folder `cache` (and
+    just-in-time kernels only, with `jit`)."""
     argv = [a.replace("OUT", scratch) for a in COMMANDS[name]]
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    env.pop("EQSAT_NB_JIT", None)
+    if jit:
+        env["EQSAT_NB_JIT"] = "1"
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "eqsat_nb", *argv], env=env, cwd=ROOT,
                           capture_output=True, text=True)
@@ -43,14 +49,16 @@ def run_once(name: str, cache: str, scratch: str) -> float:
     return wall
 
 
-def measure(name: str, repeat: int) -> tuple[list[float], list[float]]:
-    """(cold walls, warm walls): each repeat starts from its own empty cache."""
-    cold, warm = [], []
+def measure(name: str, repeat: int) -> dict[str, list[float]]:
+    """Wall seconds per mode: cold as installed, warm after it, cold just in time, warm after
+    it; each cold run starts from its own empty cache, the modes alternate."""
+    walls: dict[str, list[float]] = {"cold": [], "warm": [], "cold-jit": [], "warm-jit": []}
     for _ in range(repeat):
-        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
-            cold.append(run_once(name, cache, out))
-            warm.append(run_once(name, cache, out))
-    return cold, warm
+        for jit, tag in ((False, ""), (True, "-jit")):
+            with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+                walls["cold" + tag].append(run_once(name, cache, out, jit))
+                walls["warm" + tag].append(run_once(name, cache, out, jit))
+    return walls
 
 
 def main() -> None:
@@ -58,12 +66,17 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="cold+warm pairs per command (median)")
     p.add_argument("--only", nargs="+", choices=sorted(COMMANDS), help="these commands only")
     args = p.parse_args()
-    print(f"| command | cold s (median of {args.repeat}) | warm s | cold runs |")
-    print("|---|---|---|---|")
+    from eqsat_nb.kernels import aot_status
+    print(f"kernels as installed: {aot_status()}")
+    print(f"| command | cold s (median of {args.repeat}) | warm s | cold s, just in time | "
+          "warm s, just in time | cold runs | cold runs, just in time |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.only or COMMANDS:
-        cold, warm = measure(name, args.repeat)
-        print(f"| {name} | {statistics.median(cold):.2f} | {statistics.median(warm):.2f} | "
-              f"{', '.join(f'{c:.1f}' for c in cold)} |", flush=True)
+        w = measure(name, args.repeat)
+        med = {k: statistics.median(v) for k, v in w.items()}
+        print(f"| {name} | {med['cold']:.2f} | {med['warm']:.2f} | {med['cold-jit']:.2f} | "
+              f"{med['warm-jit']:.2f} | {', '.join(f'{c:.1f}' for c in w['cold'])} | "
+              f"{', '.join(f'{c:.1f}' for c in w['cold-jit'])} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f}; numba cache emptied before every cold run")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..kernels import kernel
 from .hashcons import link_parent, lookup_or_insert
 from .layout import (C_HEAD, C_PARENT, C_SIZE, C_TAIL, C_UHEAD, C_UTAIL, CLASS_COLS, EMPTY, F_DEAD,
                      M_DEAD, M_NODES, M_USES, MAXA, N_CLS, N_EPOCH, N_FLAGS, N_NCH, N_NEXT, N_OP,
@@ -22,7 +23,9 @@ from .layout import (C_HEAD, C_PARENT, C_SIZE, C_TAIL, C_UHEAD, C_UTAIL, CLASS_C
 from .unionfind import find
 
 
-@njit(cache=True)
+@kernel(
+    "i4[::1](i4[:, ::1], i4[:, ::1], i4[:, ::1], i4[:, ::1], i4[:, ::1], i8[::1], "
+        "i8[::1])")
 def compact(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, new_classes: np.ndarray,
             uses: np.ndarray, table: np.ndarray, meta: np.ndarray) -> np.ndarray:
     """Compact a rebuilt e-graph in place (classes into `new_classes`, same shape, whose rows

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..kernels import kernel
 from .layout import C_PARENT, F_DEAD, N_CLS, N_FLAGS, N_NCH, N_OP, N_PAYLOAD
 from .unionfind import find
 
@@ -17,7 +18,7 @@ def _mix(h: np.uint64) -> np.uint64:
     return h ^ (h >> np.uint64(33))
 
 
-@njit(cache=True)
+@kernel("u8(i4[:, ::1], i4[:, ::1], i4[:, ::1], i8)")
 def fingerprint(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray,
                 n_nodes: int) -> np.uint64:
     """Order-independent sum of hashes of (canonical node, canonical class) over live nodes."""

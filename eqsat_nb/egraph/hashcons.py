@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..kernels import kernel
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
                      C_UTAIL, EMPTY, ERR_ADD_TYPE, K_CONST_LEAF, K_INPUT, M_CLASSES,
                      M_EPOCH, M_ERR, M_ERR_A, M_ERR_B, M_NODES, M_USES, MAXA, N_CLS, N_EPOCH, N_FLAGS,
@@ -74,7 +75,7 @@ def entry_node(e: np.int64) -> np.int64:
     return e & LOW32
 
 
-@njit(cache=True)
+@kernel("i8(i8[::1], i4[:, ::1], i4[:, ::1], i8, i8, i4[::1], i8)")
 def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int, payload: int,
              ch: np.ndarray, nch: int) -> int:
     """The stored node with this (canonical) key, or -1; never inserts."""
@@ -98,7 +99,7 @@ def find_key(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, op: int
         slot = (slot + 1) & mask
 
 
-@njit(cache=True)
+@kernel("i8[::1](i8[::1], i4[:, ::1], i4[:, ::1], i4[:, ::1], i8, i8[::1])")
 def leaf_classes(table: np.ndarray, nodes: np.ndarray, children: np.ndarray,
                  classes: np.ndarray, op: int, payloads: np.ndarray) -> np.ndarray:
     """The canonical class of each childless node (op, payload), or -1 where there is none:
@@ -171,7 +172,7 @@ def remove(table: np.ndarray, nodes: np.ndarray, children: np.ndarray, n: int) -
     return True
 
 
-@njit(cache=True)
+@kernel("none(i8[::1], i8[::1])")
 def rehash(table: np.ndarray, old: np.ndarray) -> None:
     """Move every entry of table `old` into the empty (larger or smaller) `table`: the stored
     hashes give the new slots, so no node is read."""
@@ -257,7 +258,9 @@ def add_node(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses:
     return n
 
 
-@njit(cache=True)
+@kernel(
+    "i8(i4[:, ::1], i4[:, ::1], i4[:, ::1], i4[:, ::1], i8[::1], i8[::1], i1[::1], "
+    "i4[::1], i4[::1], i4[:, ::1], i4[::1], i4[::1], i4[::1])")
 def add_nodes(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
               table: np.ndarray, meta: np.ndarray, op_kind: np.ndarray, ops: np.ndarray,
               payloads: np.ndarray, kids: np.ndarray, nkids: np.ndarray, types: np.ndarray,

@@ -4,14 +4,14 @@ O(N log N)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..kernels import kernel
 from .layout import C_PARENT, F_DEAD, F_FILTERED, N_CLS, N_EPOCH, N_FLAGS, N_OP
 from .sort import stable_order
 from .unionfind import find
 
 
-@njit(cache=True)
+@kernel("UniTuple(i4[::1], 4)(i4[:, ::1], i4[:, ::1], i8, i8, i8)")
 def build_index(nodes: np.ndarray, classes: np.ndarray, n_nodes: int, n_ops: int,
                 since: int):
     """Returns (cstart, cnodes, ostart, oclasses):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..kernels import kernel
+
 WIDTH = 10           # kind, count, up to 8 values
 EMPTY = -1
 
@@ -21,7 +23,7 @@ def row_hash(row: np.ndarray) -> np.uint64:
     return h
 
 
-@njit(cache=True)
+@kernel("i8(i8[:, ::1], i4[::1], i8[::1], i8[::1])")
 def intern_row(rows: np.ndarray, table: np.ndarray, count: np.ndarray, row: np.ndarray) -> int:
     """Id of `row`, appending it when new. The caller keeps len(table) >= 2 * (count + 1) and
     rows.shape[0] > count."""
@@ -46,7 +48,7 @@ def intern_row(rows: np.ndarray, table: np.ndarray, count: np.ndarray, row: np.n
         slot = (slot + 1) & mask
 
 
-@njit(cache=True)
+@kernel("none(i8[:, ::1], i8, i4[::1])")
 def _rehash(rows: np.ndarray, count: int, table: np.ndarray) -> None:
     mask = table.size - 1
     for rid in range(count):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..kernels import kernel
 from .hashcons import LOW32, hash_child, hash_end, hash_start, lookup_or_insert, remove
 from .layout import (C_CONST, C_HEAD, C_PARENT, C_SIZE, C_STAMP, C_TAIL, C_TYPE, C_UHEAD,
                      C_UTAIL, EMPTY, ERR_TYPE_MISMATCH, F_DEAD, K_INPUT, M_CLASSES, M_ERR,
@@ -63,7 +64,7 @@ def union(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.
     return a
 
 
-@njit(cache=True, _nrt=False)
+@kernel("i8(i4[:, ::1], i4[:, ::1], i4[:, ::1], i4[::1], i8[::1], i4[:, ::1])", _nrt=False)
 def union_pairs(nodes: np.ndarray, classes: np.ndarray, uses: np.ndarray, pending: np.ndarray,
                 meta: np.ndarray, pairs: np.ndarray) -> int:
     """Union every row (a, b) of `pairs`; returns how many merged, -1 on a type conflict."""
@@ -194,7 +195,10 @@ def _recanonicalize_all(nodes: np.ndarray, children: np.ndarray, classes: np.nda
     return True
 
 
-@njit(cache=True, _nrt=False)
+@kernel(
+    "i8(i4[:, ::1], i4[:, ::1], i4[:, ::1], i4[:, ::1], i8[::1], i4[::1], i8[::1], "
+        "i1[::1])",
+        _nrt=False)
 def rebuild(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
             table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray) -> int:
     """Restore congruence closure and a canonical hash-cons; returns the number of repairs,

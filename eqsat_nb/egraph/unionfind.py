@@ -4,10 +4,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..kernels import kernel
 from .layout import C_PARENT
 
 
-@njit(cache=True, inline="always")
+@kernel("i8(i4[::1], i8)", inline="always")
 def find(parent: np.ndarray, x: int) -> int:
     """Canonical id of class `x`, compressing the path on the way."""
     root = x
@@ -43,7 +44,7 @@ def root(parent: np.ndarray, x: int) -> int:
     return x
 
 
-@njit(cache=True)
+@kernel("i4[::1](i4[::1], i4[::1])")
 def find_all(parent: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """`find` of every id in `ids` (negative ids pass through)."""
     out = np.empty_like(ids)

@@ -7,12 +7,14 @@ chosen candidate and the chosen nodes form no cycle.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..kernels import kernel
 from .problem import ExtractionProblem
 
 
-@njit(cache=True)
+@kernel(
+    "Tuple((f8, i8, i1[::1],))(i4[::1], f8[::1], i4[::1], i4[::1], i4[::1], "
+    "i8[::1], i8)")
 def _walk(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarray,
           child_class: np.ndarray, roots: np.ndarray, choice: np.ndarray, n_classes: int):
     """(cost, status, reachable mask): status 0 ok, 1 a reachable class has no choice, 2 cycle,

@@ -7,12 +7,12 @@ non-negative costs and strict improvement only, the chosen nodes never form a cy
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..kernels import kernel
 from .problem import ExtractionProblem
 
 
-@njit(cache=True)
+@kernel("Tuple((i8[::1], f8[::1],))(i4[::1], f8[::1], i4[::1], i4[::1], i8)")
 def tree_costs(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarray,
                child_class: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """(best candidate per class or -1, tree cost per class, inf where none is finite)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..kernels import kernel
 from .problem import ExtractionProblem
 
 BITSET_BYTES = 64 * 1024 * 1024
@@ -225,7 +226,9 @@ def _heap_pop(heap, hn, key):
     return top, hn
 
 
-@njit(cache=True)
+@kernel(
+    "Tuple((i8[::1], f8[::1], i8,))(i4[::1], f8[::1], i4[::1], i4[::1], i4[::1], "
+    "i4[::1], i8, b1, i8)")
 def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nodes, n_classes,
          use_bits, max_evals):
     """(best[C], cost[C], evals): the fixpoint of the constituent-cost greedy."""
@@ -408,7 +411,7 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
     return best, cost, evals
 
 
-@njit(cache=True)
+@kernel("i8[::1](i4[::1], i4[::1], i4[::1], i8)")
 def _resolvers(node_class, child_start, child_class, n_classes):
     """resolver[c]: the node that first makes class c derivable in Kahn order (its children were
     all derived before c), or -1 when c has no acyclic derivation."""
@@ -416,7 +419,7 @@ def _resolvers(node_class, child_start, child_class, n_classes):
     return _kahn_order(node_class, child_start, child_class, n_classes, pstart, pnodes)[2]
 
 
-@njit(cache=True)
+@kernel("i8(i4[::1], i4[::1], i4[::1], i8[::1], i8[::1], b1[::1], i8[::1], i8)")
 def _first_defect(node_class, child_start, child_class, roots, choice, locked, resolver,
                   n_classes):
     """-1 when `choice` is complete and acyclic from the roots; else an unlocked class to switch to

@@ -22,8 +22,8 @@ trimmed to the reachable classes (-1 elsewhere), like every extractor's answer.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..kernels import kernel
 from .dag import _walk, is_valid
 from .greedy import tree_costs
 from .problem import ExtractionProblem
@@ -81,7 +81,9 @@ def joint_switch(problem: ExtractionProblem, choice: np.ndarray, max_rounds: int
     return out if best < _cost(problem, choice) - EPS else choice
 
 
-@njit(cache=True)
+@kernel(
+    "Tuple((f8, b1[::1],))(i4[::1], f8[::1], i4[::1], i4[::1], i4[::1], i4[::1], "
+    "i4[::1], i8, i8[::1], b1[::1], i8[::1], i8[::1], i8)")
 def _switch(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarray,
             child_class: np.ndarray, roots: np.ndarray, class_start: np.ndarray,
             class_nodes: np.ndarray, n_classes: int, cur: np.ndarray, free: np.ndarray,

@@ -31,6 +31,7 @@ from ..egraph.shapes_nb import infer_proj, infer_row
 from ..egraph.store import EOP_IDS, LIT, PROJ, EGraph
 from ..egraph.unionfind import find, find_cls, root
 from ..errors import TirError
+from ..kernels import kernel
 from .pattern import Cond, Expr, Lit, Pattern, Var
 
 B_VAR, B_CONST, B_EXPR, B_NODE = 1, 2, 3, 4
@@ -302,7 +303,7 @@ def _expr_row(code: np.ndarray, exprs: np.ndarray, e: int, stack: np.ndarray, ma
 PF_VARS, PF_SLOT, PF_NODE, PF_CLASS, PF_RING = 24, 16, 8, 4, 32
 
 
-@njit(cache=True)
+@kernel("i8[::1](i4[:, ::1])")
 def _leaf_slots(build: np.ndarray) -> np.ndarray:
     """The node slots whose children are all match variables or constant classes: their
     hash-cons keys are known from the match row alone, ahead of applying it."""
@@ -387,7 +388,14 @@ def apply_matches(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, 
                        np.empty(MAXA, np.int64))
 
 
-@njit(cache=True, _nrt=False)
+@kernel(
+    "i8(i4[:, ::1], i4[:, ::1], i4[:, ::1], i4[:, ::1], i8[::1], i4[::1], i8[::1], "
+    "i1[::1], i8[:, ::1], i4[::1], i8[::1], i8[::1], i4[:, ::1], i4[::1], "
+    "i8[:, ::1], i4[:, ::1], i4[::1], i4[:, ::1], i4[:, ::1], i8[::1], i4[:, ::1], "
+    "i8[::1], i8[:, ::1], i8[::1], i4[::1], i8[::1], b1[::1], b1[::1], i8[:, ::1], "
+    "i8[:, ::1], i8[::1], i8[::1], i8[::1], i8[:, ::1], i8[:, ::1], i8[:, ::1], "
+    "i4[::1], i8[::1], i8[:, ::1], i8[::1])",
+    _nrt=False)
 def _apply_rows(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, uses: np.ndarray,
                 table: np.ndarray, pending: np.ndarray, meta: np.ndarray, op_kind: np.ndarray,
                 lit_rows: np.ndarray, lit_table: np.ndarray, lit_count: np.ndarray,

@@ -6,12 +6,12 @@ a flat int32 buffer: the root class, then one class per pattern variable.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ..egraph.index import build_index
 from ..egraph.layout import C_PARENT, N_EPOCH, N_NCH, N_OP
 from ..egraph.store import EOP_NAMES, EGraph
 from ..egraph.unionfind import find
+from ..kernels import kernel
 from .compile import BIND, EQ, LIT, Program
 
 
@@ -35,7 +35,10 @@ def run_program(code: np.ndarray, nregs: int, var_regs: np.ndarray, roots: np.nd
                         np.empty(code.shape[0], np.int32), np.empty(code.shape[0], np.int32))
 
 
-@njit(cache=True, _nrt=False)
+@kernel(
+    "UniTuple(i8, 3)(i4[:, ::1], i4[::1], i4[::1], i4[::1], i4[::1], i4[:, ::1], "
+    "i4[:, ::1], i4[:, ::1], i8, i4[:, ::1], b1, i8, i8, i4[::1], i4[::1], i4[::1])",
+    _nrt=False)
 def _run_program(code: np.ndarray, var_regs: np.ndarray, roots: np.ndarray, cstart: np.ndarray,
                  cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
                  classes: np.ndarray, since: int, out: np.ndarray, new_first: bool, count: int,

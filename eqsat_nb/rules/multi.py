@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from ..egraph.sort import stable_order
+from ..kernels import kernel
 from .pattern import Lit, PNode, Pattern, Var
 
 
@@ -29,7 +30,7 @@ def _row_keys(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return keys
 
 
-@njit(cache=True)
+@kernel("i8[:, ::1](i4[:, ::1], i4[:, ::1], i8[::1], i8[::1], b1, b1, i8)")
 def join_pairs(a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray, drop_same_root: bool,
                ordered: bool, limit: int) -> np.ndarray:
     """Index pairs (i, j) with a[i, ca] == b[j, cb] (all shared columns equal), at most `limit`.

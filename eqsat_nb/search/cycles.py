@@ -15,9 +15,10 @@ from numba import njit
 from ..egraph.layout import C_PARENT, F_FILTERED, MAXA, N_FLAGS, N_NCH
 from ..egraph.sort import stable_order
 from ..egraph.unionfind import find
+from ..kernels import kernel
 
 
-@njit(cache=True)
+@kernel("i8[::1](i4[::1], i4[::1], i4[:, ::1], i4[:, ::1], i4[:, ::1], i8[::1])")
 def heights(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
             classes: np.ndarray, filtered_out: np.ndarray) -> np.ndarray:
     """height[c] = 1 + max height of the classes c's unfiltered nodes point to (0 for leaves),
@@ -154,7 +155,9 @@ def _parent_classes(cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray,
     return pstart, pcls
 
 
-@njit(cache=True)
+@kernel(
+    "Tuple((b1[::1], i8[::1], i8[::1],))(i4[:, ::1], i8, i8[::1], i8[::1], i4[::1], "
+    "i4[::1], i4[:, ::1], i4[:, ::1], i4[:, ::1], i8[::1], i8[::1])")
 def cycle_mask(matches: np.ndarray, n_roots: int, var_cols: np.ndarray, height: np.ndarray,
                cstart: np.ndarray, cnodes: np.ndarray, nodes: np.ndarray, children: np.ndarray,
                classes: np.ndarray, pstart: np.ndarray, pcls: np.ndarray):
