@@ -43,12 +43,22 @@ status "inconsistent" and the best verified selection. The bound is HiGHS's dual
 full model (never a primal cost); "optimal" means that bound meets the true DAG cost of the
 returned selection. The result is never worse than the warm start.
 
+The stall rule (`stall` seconds, 0 off; `optimize` and `run --ilp-stall` default to
+STALL_SECONDS): HiGHS's MIP-interrupt callback (highspy 1.7.1 has it) reports its primal and dual
+bounds during the full model's solve, and the solve is interrupted, status "stalled", when over
+the last max(stall, STALL_SHARE x elapsed) seconds neither the best primal cost (checked or
+HiGHS's own) improved nor the bound closed STALL_CLOSE of the gap. Its answer and bound are taken
+as at a time limit; the trajectory is kept in the result's stats["trajectory"]. Without the
+callback only the time limit stops a solve.
+
 Costs must be non-negative (an unreachable selected part then never pays off, which the cycle cuts
 rely on).
 """
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
 import pickle
 import time
 from dataclasses import dataclass, field
@@ -61,6 +71,14 @@ __all__ = ["IlpResult", "extract_ilp"]
 RESTRICT = (4,)                 # candidates per class in the restricted primal phases
 RESTRICT_SHARE = 0.25           # of the time left, at most, for each restricted phase
 RESTRICT_MAX_FRACTION = 0.7     # a restricted model this close to the full one is skipped
+# The stall rule (see _Progress), from the trajectories of NasRNN's run and of every reference
+# e-graph (README, Extraction): BERT's answer improves 13 % after 2.4 s in which neither its
+# answer nor its bound moved (a sub-MIP heuristic at the root), so the window is 8 s, which keeps
+# that at 4x this machine's time; stalled solves stop at 17 s (NasRNN), 26 s (cyclic NasRNN).
+STALL_SECONDS = 8.0             # the shortest window (optimize's default; 0: off)
+STALL_SHARE = 0.25              # ... which grows to this share of the solve's elapsed time
+STALL_CLOSE = 0.05              # the share of the gap the bound must close within a window
+TRACE_STEP = 0.1                # seconds between the recorded trajectory's points
 
 
 @dataclass
@@ -72,9 +90,11 @@ class IlpResult:
     optimal: bool
     seconds: float
     cuts: int               # class sets whose cycles were cut (2-cycles up front, then lazily)
-    status: str             # "optimal" | "time_limit" | "killed" | "infeasible" | "inconsistent"
-    #                         | "error: ..."; "inconsistent": HiGHS's answer contradicted itself
-    #                         or a checked selection, and the best verified selection is returned
+    status: str             # "optimal" | "time_limit" | "stalled" | "killed" | "infeasible"
+    #                         | "inconsistent" | "error: ..."; "stalled": stopped by the stall
+    #                         rule (see _Progress); "inconsistent": HiGHS's answer contradicted
+    #                         itself or a checked selection, and the best verified selection is
+    #                         returned
     resolves: int = 0       # solves repeated without the MIP start (see _solve)
     stats: dict = field(default_factory=dict)   # presolve and model sizes, solve rounds
 
@@ -611,8 +631,74 @@ class _Incumbent:
                        "bound": min(self.bound, self.cost)})
 
 
+class _Progress:
+    """One model's solve over time, as HiGHS's MIP-interrupt callback reports it: the best
+    primal cost (the checked incumbent's or HiGHS's own, the lower) and the best dual bound
+    (every round's holds), and the stall rule on them. The solve has stalled when over the last
+    max(`stall`, STALL_SHARE x elapsed) seconds the primal cost did not improve and the bound
+    closed less than STALL_CLOSE of the gap there was at the window's start; `stall` 0 never
+    stops. Elapsed time counts from `start` (the clock's reading; the clock is injectable so
+    tests can drive the rule). `trace` keeps the trajectory (seconds, checked cost, HiGHS's
+    primal bound, dual bound), thinned to TRACE_STEP seconds, for the result's stats."""
+
+    def __init__(self, upper: Callable[[], float], stall: float, start: float | None = None,
+                 clock: Callable[[], float] | None = None):
+        self.upper, self.stall, self.clock = upper, float(stall), clock or _CLOCK
+        self.start = self.clock() if start is None else start
+        self.ts: list[float] = []           # change points of (ups, lows)
+        self.ups: list[float] = []
+        self.lows: list[float] = []
+        self.trace: list[tuple[float, float, float, float]] = []
+        self.stalled = False
+        self.stalled_at = math.inf          # time.perf_counter() when the rule fired
+
+    def observe(self, primal: float, bound: float) -> bool:
+        """Record HiGHS's primal and dual bound now; True once the solve has stalled."""
+        t = self.clock() - self.start
+        checked = self.upper()
+        primal = primal if math.isfinite(primal) else math.inf
+        low = bound if math.isfinite(bound) else -math.inf
+        if self.lows:
+            low = max(low, self.lows[-1])
+        up = min(checked, primal)
+        if not self.ts or up != self.ups[-1] or low != self.lows[-1]:
+            self.ts.append(t)
+            self.ups.append(up)
+            self.lows.append(low)
+        self._trace(t, checked, primal, low)
+        if self.stall > 0 and not self.stalled and self._stalled(t):
+            self.stalled, self.stalled_at = True, time.perf_counter()
+        return self.stalled
+
+    def _trace(self, t: float, checked: float, primal: float, low: float) -> None:
+        """A point every TRACE_STEP seconds, and one at every improvement."""
+        if not self.trace or t - self.trace[-1][0] >= TRACE_STEP or \
+                checked < self.trace[-1][1] or primal < self.trace[-1][2]:
+            self.trace.append((round(t, 3), checked, primal, low))
+
+    def _stalled(self, t: float) -> bool:
+        """The rule at time t: no primal improvement and too little bound progress over the
+        window (never before a full window with a finite gap has been seen)."""
+        i = bisect.bisect_right(self.ts, t - max(self.stall, STALL_SHARE * t)) - 1
+        if i < 0:
+            return False
+        up0, low0, up, low = self.ups[i], self.lows[i], self.ups[-1], self.lows[-1]
+        gap0 = up0 - low0
+        if not math.isfinite(gap0) or gap0 <= _tol(up0) or up < up0 - _tol(up0):
+            return False
+        return low - low0 < STALL_CLOSE * gap0
+
+    def record(self) -> dict:
+        """The trajectory for the result's stats, its last point included."""
+        last = (round(self.clock() - self.start, 3), self.upper(), self.trace[-1][2],
+                self.lows[-1]) if self.trace else None
+        points = self.trace + ([last] if last and (not self.trace or last != self.trace[-1])
+                               else [])
+        return {"stalled": self.stalled, "points": points}
+
+
 def _solve(P: dict, opts: dict) -> dict:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _CLOCK()      # c0: the stall rule's clock at the start
     deadline = t0 + float(opts["time_limit"])
     if "wall_deadline" in opts:         # the caller's clock: the worker's start-up counts too
         deadline = min(deadline, t0 + float(opts["wall_deadline"]) - time.time())
@@ -635,6 +721,8 @@ def _solve(P: dict, opts: dict) -> dict:
     # share of the time; each answer is a valid selection and the next phase's start. Their
     # bounds hold for the restricted model only and are not kept.
     stats["restricted"] = []
+    stats["trajectory"] = trajectory = []
+    stall = float(opts.get("stall", 0.0))
     full_nodes = sum(len(x) for x in pre["cand"])
     cut_sets: set[frozenset] = set()            # cycles cut in a phase: cut in the full model too
     for k in opts.get("restrict", RESTRICT):
@@ -647,7 +735,9 @@ def _solve(P: dict, opts: dict) -> dict:
         if n_sub > RESTRICT_MAX_FRACTION * full_nodes:
             break
         ms = _Model(P, sub, opts)
-        loop = _cut_loop(P, ms, inc, t + RESTRICT_SHARE * left, bounds=False)
+        watch = _Progress(lambda: inc.cost, 0.0, start=c0)     # recorded; its share is capped
+        loop = _cut_loop(P, ms, inc, t + RESTRICT_SHARE * left, bounds=False, watch=watch)
+        trajectory.append({"phase": f"k{int(k)}", "start": round(t - t0, 3)} | watch.record())
         cut_sets |= ms.seen
         stats["restricted"].append({"k": int(k), "nodes": n_sub, "cost": inc.cost,
                                     "status": loop["status"],
@@ -659,7 +749,9 @@ def _solve(P: dict, opts: dict) -> dict:
     inherited = sum(m.cycle_cut(sorted(S)) for S in cut_sets)
     stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3),
                                 "inherited_cuts": inherited}
-    loop = _cut_loop(P, m, inc, deadline)
+    watch = _Progress(lambda: inc.cost, stall, start=c0)
+    loop = _cut_loop(P, m, inc, deadline, watch=watch)
+    trajectory.append({"phase": "full", "start": round(t - t0, 3)} | watch.record())
     stats["rounds"] = loop["rounds"]
     best, best_cost, bound, status = inc.choice, inc.cost, inc.bound, loop["status"]
     # "optimal" only when the bound proves the returned selection's cost, whatever HiGHS said
@@ -701,11 +793,12 @@ def _restricted(P: dict, pre: dict, k: int, keep: np.ndarray | None) -> dict:
     return dict(pre, cand=cand)
 
 
-def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bool = True
-              ) -> dict:
-    """Solve `m` until its incumbent is acyclic (lazy cycle cuts), the deadline passes or HiGHS
-    stops, offering every acyclic solution it sees to `inc` (and, with `bounds`, HiGHS's dual
-    bounds: only the full model's bound the true optimum). Returns the status and counts."""
+def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bool = True,
+              watch: _Progress | None = None) -> dict:
+    """Solve `m` until its incumbent is acyclic (lazy cycle cuts), the deadline passes, HiGHS
+    stops or `watch` finds the solve stalled (status "stalled"), offering every acyclic solution
+    it sees to `inc` (and, with `bounds`, HiGHS's dual bounds: only the full model's bound the
+    true optimum). Returns the status and counts."""
     import highspy
 
     status = "time_limit"
@@ -727,12 +820,15 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
             break
         if m.ncol:
             start = m.start_vector(inc.choice) if inc.choice is not None else None
-            kind, ms, colv, db, again = run_checked(m.h, m.obj, start, deadline,
-                                                    on_improving=improving)
+            kind, ms, colv, db, again = run_checked(
+                m.h, m.obj, start, deadline, on_improving=improving,
+                on_progress=None if watch is None else watch.observe)
             rounds += 1
             resolves += again
             if bounds:
                 inc.offer_bound(db)         # cuts only tighten the model: every bound holds
+            if watch is not None and watch.stalled_at < deadline:
+                status = "stalled"          # (past the deadline the time limit stopped it)
             if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
                 status = kind if kind in ("infeasible", "inconsistent") else status
                 break
@@ -750,6 +846,8 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
             if ms == highspy.HighsModelStatus.kOptimal:
                 status = "optimal"
             break
+        if watch is not None and watch.stalled:     # no new round: it would stop at once
+            break
         added = 0
         for cy in cyc + seen_cycles:
             if any(m.x_col[i] < 0 for i in cy):
@@ -764,7 +862,8 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
 
 def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
                 on_improving: Callable[[np.ndarray], None] | None = None,
-                start_callback: bool = True
+                start_callback: bool = True,
+                on_progress: Callable[[float, float], bool] | None = None
                 ) -> tuple[str, Any, np.ndarray | None, float, int]:
     """`h.run()` (with `start` as the MIP start when given) until `deadline` (perf_counter), and
     check that the solution HiGHS returns is the one its objective describes: highspy 1.16 hands
@@ -784,8 +883,12 @@ def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
 
     `on_improving(column values)` hears of each improving solution during the run where highspy
     reports it in the model's own columns (1.16 does; 1.7 reports the presolved model's, which
-    are ignored) and its objective agrees; what it is given is still to be checked."""
-    cbs = _Callbacks(h, obj, on_improving, start_callback and start is not None)
+    are ignored) and its objective agrees; what it is given is still to be checked.
+
+    `on_progress(primal bound, dual bound)` hears HiGHS's bounds at each MIP-interrupt callback
+    (highspy 1.7.1 has it too); when it returns True the run is interrupted (model status
+    kInterrupt; its incumbent is returned and checked like any other)."""
+    cbs = _Callbacks(h, obj, on_improving, start_callback and start is not None, on_progress)
     try:
         return _run_checked(h, obj, start, deadline, cbs)
     finally:
@@ -793,16 +896,18 @@ def run_checked(h, obj: np.ndarray, start: np.ndarray | None, deadline: float,
 
 
 class _Callbacks:
-    """HiGHS callbacks for one run_checked: improving solutions to `on_improving`, and the MIP
-    start handed over as a user solution. Each part is used only where highspy has it."""
+    """HiGHS callbacks for one run_checked: improving solutions to `on_improving`, the MIP
+    start handed over as a user solution, and the bounds to `on_progress` (which may interrupt
+    the run). Each part is used only where highspy has it."""
 
     def __init__(self, h, obj: np.ndarray, on_improving: Callable[[np.ndarray], None] | None,
-                 want_start: bool):
+                 want_start: bool, on_progress: Callable[[float, float], bool] | None = None):
         import highspy
 
-        self.h, self.obj, self.fn = h, obj, on_improving
+        self.h, self.obj, self.fn, self.progress = h, obj, on_improving, on_progress
         self.start: list[float] | None = None
         self.kinds: list[Any] = []
+        self.USER = self.INTERRUPT = None
         cb = getattr(highspy, "cb", None)
         if cb is None or not hasattr(h, "setCallback"):
             self.user_solution = False
@@ -810,10 +915,12 @@ class _Callbacks:
         T = cb.HighsCallbackType
         self.IMPROVING = getattr(T, "kCallbackMipImprovingSolution", None)
         self.USER = getattr(T, "kCallbackMipUserSolution", None)
+        self.INTERRUPT = getattr(T, "kCallbackMipInterrupt", None)
         self.user_solution = want_start and self.USER is not None and \
             hasattr(getattr(cb, "HighsCallbackInput", None), "setSolution")
         wanted = ([self.IMPROVING] if on_improving is not None and self.IMPROVING is not None
-                  else []) + ([self.USER] if self.user_solution else [])
+                  else []) + ([self.USER] if self.user_solution else []) + \
+            ([self.INTERRUPT] if on_progress is not None and self.INTERRUPT is not None else [])
         if not wanted:
             return
         try:
@@ -831,6 +938,11 @@ class _Callbacks:
                 if self.start is not None:
                     data_in.setSolution(self.start)
                     self.start = None
+                return
+            if self.INTERRUPT is not None and int(kind) == int(self.INTERRUPT):
+                if self.progress(float(data_out.mip_primal_bound),
+                                 float(data_out.mip_dual_bound)):
+                    data_in.user_interrupt = True
                 return
             v = np.asarray(data_out.mip_solution, np.float64)
             if v.shape == self.obj.shape and _agree(float(self.obj @ v),
@@ -928,11 +1040,13 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
                 seed: int = 0, *, in_process: bool = False, acyclic: str = "cuts",
                 rel_gap: float = 0.0, kill_margin: float = 10.0,
                 verbose: bool = False, highs_options: dict[str, Any] | None = None,
-                restrict: tuple[int, ...] = RESTRICT) -> IlpResult:
+                restrict: tuple[int, ...] = RESTRICT, stall: float = 0.0) -> IlpResult:
     """Optimal DAG extraction (see the module docstring). `warm_start` (a valid selection, e.g.
     ocf+switch) is the MIP start and the fallback; with `in_process=False` the solve runs in a
     spawned subprocess killed after `time_limit + kill_margin` seconds. `restrict`: candidates
-    per class of the restricted primal phases (() for none); `highs_options`: set on HiGHS."""
+    per class of the restricted primal phases (() for none); `highs_options`: set on HiGHS;
+    `stall`: the stall rule's shortest window in seconds (0, the default here: only the time
+    limit stops a solve; `optimize` passes STALL_SECONDS)."""
     from .dag import dag_cost, is_valid
 
     if acyclic not in ("cuts", "order"):
@@ -947,7 +1061,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
     opts = {"time_limit": time_limit, "wall_deadline": time.time() + time_limit,
             "warm_start": ws, "seed": seed, "acyclic": acyclic,
             "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {}),
-            "restrict": tuple(int(k) for k in restrict)}
+            "restrict": tuple(int(k) for k in restrict), "stall": float(stall)}
     if in_process:
         res = _solve(P, opts)
     else:
@@ -985,6 +1099,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
 
 
 _WORKER: list[str] | None = None     # the worker's command line (tests stand in a fake one)
+_CLOCK: Callable[[], float] = time.perf_counter     # the stall rule's (tests drive it in-process)
 
 
 def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:

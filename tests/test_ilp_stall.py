@@ -1,0 +1,322 @@
+"""The ILP's stall rule (`--ilp-stall`): a solve whose checked answer no longer improves and whose
+dual bound no longer closes the gap is stopped, with status "stalled" and its true gap, never
+called optimal, never worse than its warm start. The rule runs on an injected clock here, so
+nothing depends on this machine's speed or load."""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from eqsat_nb.extract import dag
+from eqsat_nb.extract import ilp
+from eqsat_nb.extract import problem as pb
+from eqsat_nb.extract.ilp import STALL_SECONDS, _Progress, extract_ilp
+
+
+class Clock:
+    """A clock that reads `now` and advances by `step` at every reading."""
+
+    def __init__(self, step: float = 0.0):
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        t = self.now
+        self.now += self.step
+        return t
+
+
+def progress(stall: float, costs: list[float]) -> tuple[_Progress, Clock]:
+    """A _Progress on a manual clock whose checked incumbent is costs[-1] (tests append)."""
+    clock = Clock()
+    return _Progress(lambda: costs[-1], stall, start=0.0, clock=clock), clock
+
+
+def drive(p: _Progress, clock: Clock, until: float, step: float,
+          bound: Callable[[float], float],
+          primal: Callable[[float], float] = lambda t: math.inf) -> float | None:
+    """Report bound(t) (and HiGHS's primal(t)) every `step` seconds up to `until`; the time the
+    rule said stalled, or None."""
+    t = 0.0
+    while t <= until:
+        clock.now = t
+        if p.observe(primal(t), bound(t)):
+            return t
+        t += step
+    return None
+
+
+# ------------------------------------------------------------------ the rule on a given trajectory
+
+def test_a_flat_solve_stops_after_a_full_window():
+    costs = [100.0]
+    p, clock = progress(2.0, costs)
+    t = drive(p, clock, 60.0, 0.1, bound=lambda t: -math.inf if t < 1.0 else 90.0)
+    # the first finite bound comes at 1 s: a whole window (max(2, STALL_SHARE * t)) after it
+    assert t is not None and t >= 1.0 + 2.0 and t == pytest.approx(
+        max(1.0 + 2.0, 1.0 / (1 - ilp.STALL_SHARE)), abs=0.11)
+    assert p.stalled and p.record()["stalled"]
+
+
+def test_off_never_stops():
+    p, clock = progress(0.0, [100.0])
+    assert drive(p, clock, 600.0, 0.5, bound=lambda t: 90.0) is None and not p.stalled
+
+
+def test_never_stops_while_the_incumbent_improves():
+    """The checked incumbent improves a little every 1.9 s over 10 minutes under a flat bound;
+    a 2 s window always sees an improvement, so the rule never fires. The same holds when only
+    HiGHS's own primal bound improves (highspy 1.7.1 reports no usable improving solutions)."""
+    costs = [1000.0]
+    p, clock = progress(2.0, costs)
+    t = 0.0
+    while t <= 600.0:
+        clock.now = t
+        if t // 1.9 > 1000.0 - costs[-1]:
+            costs.append(costs[-1] - 1.0)
+        assert not p.observe(math.inf, 10.0), t
+        t += 0.1
+    p, clock = progress(2.0, [1000.0])
+    assert drive(p, clock, 600.0, 0.1, bound=lambda t: 10.0,
+                 primal=lambda t: 999.0 - t // 1.9) is None
+
+
+def test_never_stops_while_the_bound_closes_the_gap():
+    """The bound closes 10 % of what is left of the gap every second, which is more than
+    STALL_CLOSE of it in every window; and a bound that crawls at 1 % a second does stall."""
+    p, clock = progress(2.0, [100.0])
+    assert drive(p, clock, 120.0, 0.1, bound=lambda t: 100.0 - 50.0 * 0.9 ** t) is None
+    p, clock = progress(2.0, [100.0])
+    assert drive(p, clock, 120.0, 0.1, bound=lambda t: 100.0 - 50.0 * 0.99 ** t) is not None
+
+
+def test_the_window_grows_with_the_elapsed_time():
+    """A bound that closes 10 % of the gap a second for 40 s and then stops: a fixed 2 s window
+    would stop the solve at 42 s; the rule's window, STALL_SHARE of the elapsed time, waits until
+    what it sees before 40 s closed less than STALL_CLOSE of the gap (about 40 / (1 -
+    STALL_SHARE) s)."""
+    assert 0 < ilp.STALL_SHARE < 1
+    p, clock = progress(2.0, [100.0])
+    t = drive(p, clock, 200.0, 0.1, bound=lambda t: 100.0 - 50.0 * 0.9 ** min(t, 40.0))
+    before = math.log(1 - ilp.STALL_CLOSE) / math.log(0.9)  # seconds of progress that are < X
+    assert t is not None and t > 42.5
+    assert t == pytest.approx((40.0 - before) / (1 - ilp.STALL_SHARE), abs=0.3)
+
+
+def test_a_gap_that_is_closed_is_not_a_stall():
+    """HiGHS ends a solve whose bound meets its incumbent by itself (status optimal): the rule
+    leaves it alone."""
+    p, clock = progress(2.0, [100.0])
+    assert drive(p, clock, 60.0, 0.1, bound=lambda t: 100.0) is None
+
+
+# Measured (highspy 1.16, this machine; README, Extraction): seconds, best primal cost, dual bound
+# at HiGHS's MIP-interrupt callbacks. BERT: the bound stops at 531.0 at 0.88 s, callbacks come
+# every ~0.12 s until 2.35 s, then a sub-MIP heuristic runs without one and improves the answer
+# at 3.23 s. NasRNN's run: root cut rounds until 10 s, then the bound stands still (thinned).
+BERT = [(0.408, 613.74, -math.inf), (0.654, 613.74, 526.95)] + \
+    [(0.878 + 0.12 * k, 613.74, 531.0) for k in range(13)] + [(3.23, 534.31, 531.0)]
+NASRNN = [(1.881, 578.4, -math.inf), (2.032, 578.4, 524.33), (3.616, 578.4, 550.21),
+          (4.086, 578.4, 558.49), (4.728, 578.4, 561.26), (5.22, 578.4, 564.05),
+          (5.601, 578.4, 566.25), (6.122, 578.4, 566.85), (6.323, 578.4, 567.04),
+          (6.825, 578.4, 568.9), (7.678, 578.4, 569.61), (8.544, 578.4, 569.89),
+          (9.16, 578.4, 570.13), (9.503, 578.4, 570.32), (10.069, 578.4, 570.39)] + \
+    [(13.813 + 0.55 * k, 578.4, 570.39) for k in range(32)] + [(31.819, 578.4, 570.86)]
+
+
+def replay(points: list[tuple[float, float, float]], scale: float) -> float | None:
+    """The default rule on a measured trajectory slowed down `scale` times: when it fires."""
+    costs = [points[0][1]]
+    p, clock = progress(STALL_SECONDS, costs)
+    for t, cost, bound in points:
+        clock.now = t * scale
+        costs.append(cost)
+        if p.observe(math.inf, bound):
+            return t
+    return None
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0, 3.0, 4.0])
+def test_the_default_rule_keeps_berts_late_improvement(scale):
+    assert replay(BERT, scale) is None
+
+
+def test_the_default_rule_stops_nasrnn_once_its_bound_stands_still():
+    """Not within run's 10 s (the bound still closes 10-20 % of the gap per window there), but
+    a window after it stops closing: at 17.7 s, long before its next step at 31.8 s."""
+    t = replay(NASRNN, 1.0)
+    assert t is not None and 10.069 + STALL_SECONDS / 2 < t < 20.0
+
+
+def test_the_trajectory_is_recorded():
+    costs = [100.0]
+    p, clock = progress(0.0, costs)
+    drive(p, clock, 1.0, 0.01, bound=lambda t: 50.0 + t)
+    points = p.record()["points"]
+    assert points[0] == (0.0, 100.0, math.inf, 50.0)
+    assert points[-1][0] == pytest.approx(1.0, abs=0.02)
+    assert all(b - a >= ilp.TRACE_STEP - 1e-3 for (a, *_), (b, *_) in zip(points, points[1:-1]))
+
+
+def test_the_interrupt_callback_hands_bounds_over_and_interrupts():
+    """_Callbacks passes (primal bound, dual bound) of each MIP-interrupt callback to
+    `on_progress` and sets user_interrupt when it says so."""
+    highspy = pytest.importorskip("highspy")
+    kind = getattr(getattr(getattr(highspy, "cb", None), "HighsCallbackType", None),
+                   "kCallbackMipInterrupt", None)
+    if kind is None:
+        pytest.skip("this highspy has no MIP-interrupt callback: only the time limit stops a solve")
+
+    class FakeHighs:
+        def setCallback(self, fn, data):
+            self.fn = fn
+
+        def startCallback(self, kind):
+            pass
+
+        def stopCallback(self, kind):
+            pass
+
+    h, seen = FakeHighs(), []
+    cbs = ilp._Callbacks(h, np.ones(2), None, False,
+                         lambda primal, dual: seen.append((primal, dual)) or dual > 5)
+    for dual in (4.0, 6.0):
+        data_in = SimpleNamespace(user_interrupt=False)
+        h.fn(kind, "", SimpleNamespace(mip_primal_bound=10.0, mip_dual_bound=dual), data_in, None)
+        assert data_in.user_interrupt == (dual > 5)
+    assert seen == [(10.0, 4.0), (10.0, 6.0)]
+    cbs.stop()
+
+
+# ------------------------------------------------------------------ a real solve that stalls
+
+def set_cover_problem(n_elems: int = 150, n_sets: int = 220, size: int = 5, seed: int = 1
+                      ) -> pb.ExtractionProblem:
+    """Weighted set cover as an extraction: classes 0..n_sets-1 are the sets (leaves of cost
+    10-99), then one class per element with a free node per set that covers it (using that set's
+    class), and a root using every element. A selection's DAG cost is the cost of the sets it
+    uses, each once; the LP bound is weak, so HiGHS branches for long after its last
+    improvement."""
+    rng = np.random.default_rng(seed)
+    members = [rng.choice(n_elems, size, replace=False) for _ in range(n_sets)]
+    covered = {int(e) for m in members for e in m}
+    members += [np.array([e]) for e in range(n_elems) if e not in covered]
+    n_sets = len(members)
+    node_class = list(range(n_sets))
+    cost = [float(c) for c in rng.integers(10, 100, n_sets)]
+    kids: list[list[int]] = [[] for _ in range(n_sets)]
+    for e in range(n_elems):
+        for s, m in enumerate(members):
+            if e in m:
+                node_class.append(n_sets + e)
+                cost.append(0.0)
+                kids.append([s])
+    root = n_sets + n_elems
+    node_class.append(root)
+    cost.append(0.0)
+    kids.append(list(range(n_sets, root)))
+    return pb.from_arrays(root + 1, node_class, cost, kids, [root])
+
+
+def _needs_interrupt_callback():
+    highspy = pytest.importorskip("highspy")
+    T = getattr(getattr(highspy, "cb", None), "HighsCallbackType", None)
+    if getattr(T, "kCallbackMipInterrupt", None) is None:
+        pytest.skip("this highspy has no MIP-interrupt callback: the stall rule cannot act "
+                    "during a solve, only --ilp-time-limit stops it")
+
+
+def test_a_stalled_solve_is_stopped_and_reported_honestly(monkeypatch):
+    """On the set cover, with the clock advancing 1 s per reading and a lenient STALL_CLOSE, the
+    rule stops the solve long before its (real-time) limit: status "stalled", not optimal, the
+    bound below the cost and the gap computed from them, the answer valid and no worse than the
+    warm start; the recorded trajectory says it stalled."""
+    _needs_interrupt_callback()
+    p = set_cover_problem()
+    warm = ilp._knuth_greedy(ilp._arrays(p), np.ones(p.n_nodes, bool))[0]
+    warm_cost = dag.dag_cost(p, warm)
+    monkeypatch.setattr(ilp, "_CLOCK", Clock(step=1.0))
+    monkeypatch.setattr(ilp, "STALL_CLOSE", 0.5)
+    r = extract_ilp(p, time_limit=120, warm_start=warm, in_process=True, stall=5.0, restrict=())
+    assert r.status == "stalled" and not r.optimal
+    assert dag.is_valid(p, r.choice) and r.cost == pytest.approx(dag.dag_cost(p, r.choice))
+    assert r.cost <= warm_cost and 0 < r.bound < r.cost
+    assert r.gap == pytest.approx((r.cost - r.bound) / r.cost) and r.gap > 0
+    assert r.seconds < 60
+    full = [t for t in r.stats["trajectory"] if t["phase"] == "full"]
+    assert full and full[0]["stalled"]
+
+
+def test_without_the_rule_the_same_solve_runs_to_its_time_limit(monkeypatch):
+    """stall=0 (extract_ilp's default): the same clock and problem run to the time limit."""
+    _needs_interrupt_callback()
+    p = set_cover_problem()
+    monkeypatch.setattr(ilp, "_CLOCK", Clock(step=1.0))
+    monkeypatch.setattr(ilp, "STALL_CLOSE", 0.5)
+    r = extract_ilp(p, time_limit=1.5, in_process=True, restrict=())
+    assert r.status == "time_limit" and not r.optimal and r.seconds >= 1.5
+    assert not any(t["stalled"] for t in r.stats["trajectory"])
+
+
+def test_a_stall_seen_after_the_deadline_is_a_time_limit(monkeypatch):
+    """HiGHS overruns its time limit on large models (long stretches without a callback); when
+    the first callback after the deadline also finds the solve stalled, it was the time limit
+    that stopped it, and the status says so (emulated: the rule fires at 0.3 s, as if 60 s
+    later)."""
+    import time
+
+    _needs_interrupt_callback()
+    p = set_cover_problem()
+    begin = time.perf_counter()
+    observe = ilp._Progress.observe
+
+    def late(self, primal, bound):          # stalls at 0.3 s, but as if seen 60 s later
+        if not self.stalled and time.perf_counter() > begin + 0.3:
+            self.stalled, self.stalled_at = True, time.perf_counter() + 60.0
+        return observe(self, primal, bound)
+
+    monkeypatch.setattr(ilp._Progress, "observe", late)
+    r = extract_ilp(p, time_limit=30.0, in_process=True, stall=1.0, restrict=())
+    assert r.status == "time_limit" and not r.optimal and r.seconds < 20
+    assert r.stats["trajectory"][-1]["stalled"]
+
+
+# ------------------------------------------------------------------ optimize and the command line
+
+def test_optimize_passes_the_stall_window_and_reports_a_stalled_ilp(monkeypatch):
+    from eqsat_nb.extract.ilp import IlpResult
+    from eqsat_nb.optimize import Options, _extract
+
+    p = set_cover_problem(n_elems=10, n_sets=12)
+    seen = []
+
+    def fake(problem, **kw):
+        seen.append(kw["stall"])
+        warm = np.asarray(kw["warm_start"])
+        cost = dag.dag_cost(problem, warm)
+        return IlpResult(warm, cost, 0.9 * cost, 0.1, False, 1.0, 0, "stalled")
+
+    monkeypatch.setattr(ilp, "extract_ilp", fake)
+    _, how = _extract(p, Options(extract="ilp"))
+    assert how == "ilp (stalled, gap 10.0 %)"
+    _extract(p, Options(extract="ilp", ilp_stall=0.0))
+    assert seen == [STALL_SECONDS, 0.0]
+
+
+def test_run_option_ilp_stall(capsys):
+    """--ilp-stall SECONDS reaches Options (0: off); its help states the default."""
+    from eqsat_nb.cli import build_parser
+    from eqsat_nb.commands.run import options_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["run", "model.tir"])
+    assert options_from_args(args).ilp_stall == STALL_SECONDS
+    args = parser.parse_args(["run", "model.tir", "--ilp-stall", "0"])
+    assert options_from_args(args).ilp_stall == 0.0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--ilp-stall SECONDS" in text and f"default {STALL_SECONDS:g};" in text
