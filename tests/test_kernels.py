@@ -88,6 +88,13 @@ def test_a_readonly_array_runs_the_dispatcher(fake_module):
     assert _probe(a, 1, True) == 7 and calls == []
 
 
+def test_a_module_built_for_this_cpu_is_used_and_for_another_refused(fake_module):
+    fake_module(K.build_stamp(K._host_cpu()), [_probe])
+    assert K.aot_status().startswith("compiled ahead of time")
+    fake_module(K.build_stamp("some-other-cpu"), [_probe])
+    assert K.aot_status().startswith("just in time")
+
+
 def test_a_stale_module_is_refused_with_the_reason(fake_module):
     calls = fake_module(K.build_stamp("") + 1, [_probe])
     assert _probe(np.zeros((3, 2), np.int32), 5, True) == 7 and calls == []
