@@ -25,7 +25,7 @@ import numpy as np
 from .cost.model import CostModel, graph_cost
 from .egraph.convert import egraph_to_graph, graph_to_egraph
 from .extract.dag import dag_cost
-from .extract.ilp import STALL_SECONDS
+from .extract.ilp import GAP_PERCENT, STALL_SECONDS
 from .extract.problem import egraph_choice, from_egraph
 from .extract.run import extract
 from .ir.graph import Graph
@@ -47,6 +47,7 @@ class Options:
     extract: str = "ilp"
     ilp_time_limit: float = 10.0            # seconds (see --ilp-time-limit)
     ilp_stall: float = STALL_SECONDS        # the ILP's stall window, seconds (see --ilp-stall)
+    ilp_gap: float = GAP_PERCENT            # the ILP's gap rule, percent (see --ilp-gap; 0: off)
     budget: Budget | None = None            # the command's time budget (None: only the limits)
     reserve: float = 0.0                    # seconds of the budget kept for after optimize()
     search_share: float = 0.5               # of the budget left (less reserve) when search starts
@@ -171,7 +172,7 @@ def _extract(problem, options: Options) -> tuple[np.ndarray, str]:
         # has room (a killed worker keeps its selection but loses its bound)
         kill_margin = max(ILP_OVERHEAD_SECONDS / 2, min(kill_margin, left - seconds - 1.0))
     res = extract_ilp(problem, time_limit=seconds, warm_start=warm, kill_margin=kill_margin,
-                      stall=options.ilp_stall)
+                      stall=options.ilp_stall, stop_gap=max(options.ilp_gap, 0.0) / 100)
     if res.choice is None or not np.isfinite(res.cost) or res.cost > warm_cost:
         return warm, f"ocf+switch (ilp: {res.status})"
     if res.status == "killed" and res.cost >= warm_cost:

@@ -13,7 +13,7 @@ from benchutil import ROOT, Rounds, saturated_egraph
 
 from eqsat_nb.extract.dag import dag_cost, is_valid
 from eqsat_nb.extract.greedy import extract_greedy
-from eqsat_nb.extract.ilp import STALL_SECONDS, extract_ilp
+from eqsat_nb.extract.ilp import GAP_PERCENT, STALL_SECONDS, extract_ilp
 from eqsat_nb.extract.ocf import extract_ocf
 from eqsat_nb.extract.problem import ExtractionProblem as Problem, from_arrays, from_egraph
 from eqsat_nb.extract.switch import joint_switch
@@ -128,8 +128,8 @@ def reference_problem(name: str) -> tuple[Problem, dict]:
     for n in REFERENCE for m in REF_METHODS])
 def test_extract_reference(bench, benchmark, warm_jit, name, method):
     """One extractor on one reference e-graph. ilpT: extract_ilp as `optimize` runs it (in its
-    worker process, warm-started from ocf+switch, time limit T seconds, the default stall
-    rule)."""
+    worker process, warm-started from ocf+switch, time limit T seconds, the default stall and
+    gap rules)."""
     problem, meta = reference_problem(name)
     ref = REFERENCE[name]
     assert (problem.n_nodes, problem.n_classes) == (ref["nodes"], ref["classes"]), \
@@ -141,7 +141,7 @@ def test_extract_reference(bench, benchmark, warm_jit, name, method):
             else extract_ocf(problem)
         if method.startswith("ilp"):
             res = extract_ilp(problem, time_limit=float(method[3:]), warm_start=choice,
-                              stall=STALL_SECONDS)
+                              stall=STALL_SECONDS, stop_gap=GAP_PERCENT / 100)
             found.update(status=res.status, bound=res.bound, ilp_gap_pct=100 * res.gap,
                          seconds=res.seconds, restricted=res.stats.get("restricted"))
             choice = res.choice

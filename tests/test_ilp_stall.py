@@ -1,7 +1,9 @@
 """The ILP's stall rule (`--ilp-stall`): a solve whose checked answer no longer improves and whose
 dual bound no longer closes the gap is stopped, with status "stalled" and its true gap, never
-called optimal, never worse than its warm start. The rule runs on an injected clock here, so
-nothing depends on this machine's speed or load."""
+called optimal, never worse than its warm start. And its gap rule (`--ilp-gap`): a solve whose
+checked answer is proven within the gap and has not improved for GAP_WAIT seconds is stopped,
+status "within_gap". The rules run on an injected clock here, so nothing depends on this
+machine's speed or load."""
 from __future__ import annotations
 
 import math
@@ -14,7 +16,8 @@ import pytest
 from eqsat_nb.extract import dag
 from eqsat_nb.extract import ilp
 from eqsat_nb.extract import problem as pb
-from eqsat_nb.extract.ilp import STALL_SECONDS, _Progress, extract_ilp
+from eqsat_nb.extract.ilp import (GAP_PERCENT, GAP_WAIT, STALL_SECONDS, _Progress,
+                                  extract_ilp)
 
 
 class Clock:
@@ -29,10 +32,10 @@ class Clock:
         return t
 
 
-def progress(stall: float, costs: list[float]) -> tuple[_Progress, Clock]:
+def progress(stall: float, costs: list[float], gap: float = 0.0) -> tuple[_Progress, Clock]:
     """A _Progress on a manual clock whose checked incumbent is costs[-1] (tests append)."""
     clock = Clock()
-    return _Progress(lambda: costs[-1], stall, start=0.0, clock=clock), clock
+    return _Progress(lambda: costs[-1], stall, start=0.0, clock=clock, gap=gap), clock
 
 
 def drive(p: _Progress, clock: Clock, until: float, step: float,
@@ -251,14 +254,15 @@ def test_a_stalled_solve_is_stopped_and_reported_honestly(monkeypatch):
 
 
 def test_without_the_rule_the_same_solve_runs_to_its_time_limit(monkeypatch):
-    """stall=0 (extract_ilp's default): the same clock and problem run to the time limit."""
+    """stall=0 and stop_gap=0 (extract_ilp's defaults): the same clock and problem run to the
+    time limit."""
     _needs_interrupt_callback()
     p = set_cover_problem()
     monkeypatch.setattr(ilp, "_CLOCK", Clock(step=1.0))
     monkeypatch.setattr(ilp, "STALL_CLOSE", 0.5)
     r = extract_ilp(p, time_limit=1.5, in_process=True, restrict=())
     assert r.status == "time_limit" and not r.optimal and r.seconds >= 1.5
-    assert not any(t["stalled"] for t in r.stats["trajectory"])
+    assert not any(t["stalled"] or t["stopped"] for t in r.stats["trajectory"])
 
 
 def test_a_stall_seen_after_the_deadline_is_a_time_limit(monkeypatch):
@@ -274,14 +278,207 @@ def test_a_stall_seen_after_the_deadline_is_a_time_limit(monkeypatch):
     observe = ilp._Progress.observe
 
     def late(self, primal, bound):          # stalls at 0.3 s, but as if seen 60 s later
-        if not self.stalled and time.perf_counter() > begin + 0.3:
-            self.stalled, self.stalled_at = True, time.perf_counter() + 60.0
+        if not self.stopped and time.perf_counter() > begin + 0.3:
+            self.stopped, self.stopped_at = "stalled", time.perf_counter() + 60.0
         return observe(self, primal, bound)
 
     monkeypatch.setattr(ilp._Progress, "observe", late)
     r = extract_ilp(p, time_limit=30.0, in_process=True, stall=1.0, restrict=())
     assert r.status == "time_limit" and not r.optimal and r.seconds < 20
     assert r.stats["trajectory"][-1]["stalled"]
+
+
+# ------------------------------------------------------------------ the gap rule
+
+G = GAP_PERCENT / 100
+
+
+def test_the_gap_rule_stops_a_flat_answer_within_the_gap_after_the_wait():
+    """Answer 100, bound 99 (1 % gap) from the first report at 0.5 s on: the rule fires at the
+    first report GAP_WAIT after it, not before."""
+    p, clock = progress(0.0, [100.0], gap=G)
+    t = 0.5
+    fired = None
+    while t <= 60.0:
+        clock.now = t
+        if p.observe(100.0, 99.0):
+            fired = t
+            break
+        t += 0.1
+    assert fired == pytest.approx(0.5 + GAP_WAIT, abs=0.11) and fired >= 0.5 + GAP_WAIT
+    assert p.stopped == "within_gap" and not p.stalled
+    assert p.record()["stopped"] == "within_gap" and not p.record()["stalled"]
+
+
+def test_the_gap_rule_waits_from_the_answers_last_improvement():
+    """The checked answer improves at 3 s (101 -> 100) and HiGHS's own incumbent (highspy 1.7.1
+    reports no checkable improving solutions) at 5 s (100 -> 99.9): the wait restarts each
+    time, so the rule fires GAP_WAIT after 5 s. A change by float noise is no improvement."""
+    costs = [101.0]
+    p, clock = progress(0.0, costs, gap=G)
+    fired = None
+    for k in range(600):                    # t = k / 10 exactly
+        t = clock.now = k / 10
+        if k >= 30 and costs[-1] == 101.0:
+            costs.append(100.0)
+        primal = math.inf if k < 50 else 99.9 if k < 70 else 99.9 - 1e-11
+        if p.observe(primal, 98.5):
+            fired = t
+            break
+    assert fired is not None and 5.0 + GAP_WAIT <= fired <= 5.0 + GAP_WAIT + 0.11
+
+
+def test_the_gap_rule_never_stops_while_the_gap_is_above_it():
+    """A flat answer 100 with the bound at 97.9 (2.1 %) for ten minutes is never stopped; when
+    the bound reaches 98 (2 %) at 600 s, long after the answer's last improvement, it is at
+    once. The gap is the checked answer's: HiGHS's own incumbent at 99 (which may be a cyclic
+    selection, or unchecked) does not count."""
+    p, clock = progress(0.0, [100.0], gap=G)
+    assert drive(p, clock, 599.9, 0.5, bound=lambda t: 97.9, primal=lambda t: 99.0) is None
+    clock.now = 600.0
+    assert p.observe(99.0, 98.0) and p.stopped == "within_gap"
+
+
+def test_the_gap_rule_is_off_with_0():
+    p, clock = progress(0.0, [100.0], gap=0.0)
+    assert drive(p, clock, 600.0, 0.5, bound=lambda t: 99.99) is None and p.stopped is None
+
+
+def test_the_gap_rule_waits_from_the_first_report():
+    """HiGHS's first report on the full model comes after its presolve (3 s here): the wait
+    counts from there, not from the solve's start."""
+    p, clock = progress(0.0, [100.0], gap=G)
+    t, fired = 3.0, None
+    while t <= 60.0:
+        clock.now = t
+        if p.observe(100.0, 99.5):
+            fired = t
+            break
+        t += 0.1
+    assert fired == pytest.approx(3.0 + GAP_WAIT, abs=0.11)
+
+
+def test_the_stall_rule_comes_first():
+    """Both rules on: a solve that is stalled and within the gap is reported stalled when the
+    stall rule's window is the shorter, within_gap when the gap rule's wait is."""
+    p, clock = progress(1.0, [100.0], gap=G)
+    assert drive(p, clock, 60.0, 0.1, bound=lambda t: 99.0) is not None
+    assert p.stopped == "stalled"
+    p, clock = progress(60.0, [100.0], gap=G)
+    assert drive(p, clock, 60.0, 0.1, bound=lambda t: 99.0) is not None
+    assert p.stopped == "within_gap"
+
+
+# Measured (highspy 1.16, this machine): TT at 20 000 nodes (reference e-graph tt_20k), four
+# runs: seconds, checked cost, HiGHS's primal bound, dual bound. The gap is under 2 % from
+# 0.9-1.2 s after the first report; the answer improves by 0.09 % 2.2-3.3 s after it.
+TT_20K = [
+    [(3.647, 4527.8, None, None), (4.156, 4527.8, 5281.99, 3692.37),
+     (4.354, 4527.8, 5281.99, 4050.75), (4.472, 4527.8, 5281.99, 4163.71),
+     (4.576, 4527.8, 5281.99, 4476.48), (4.819, 4527.8, 5281.99, 4516.77),
+     (5.073, 4527.8, 5281.99, 4517.17), (5.192, 4527.8, 5279.71, 4517.17),
+     (5.639, 4527.8, 5279.71, 4519.81), (6.345, 4523.68, 4523.68, 4523.68)],
+    [(2.673, 4527.8, None, None), (3.084, 4527.8, 5281.99, 3692.37),
+     (3.294, 4527.8, 5281.99, 4050.75), (3.412, 4527.8, 5281.99, 4163.71),
+     (3.653, 4527.8, 5281.99, 4516.77), (3.87, 4527.8, 5281.99, 4517.17),
+     (3.983, 4527.8, 5279.71, 4517.17), (4.301, 4527.8, 5279.71, 4519.81),
+     (4.912, 4523.68, 4523.68, 4523.68)],
+    [(3.6, 4527.8, None, None), (4.022, 4527.8, 5281.99, 3692.37),
+     (4.173, 4527.8, 5281.99, 4050.75), (4.337, 4527.8, 5281.99, 4476.48),
+     (4.528, 4527.8, 5281.99, 4516.77), (4.772, 4527.8, 5281.99, 4517.17),
+     (4.904, 4527.8, 5279.71, 4517.17), (5.269, 4527.8, 5279.71, 4519.81),
+     (5.848, 4523.68, 4523.68, 4523.68)],
+    [(3.115, 4527.8, None, None), (3.731, 4527.8, 5281.99, 3692.37),
+     (3.961, 4527.8, 5281.99, 4050.75), (4.1, 4527.8, 5281.99, 4163.71),
+     (4.214, 4527.8, 5281.99, 4476.48), (4.492, 4527.8, 5281.99, 4516.77),
+     (4.86, 4527.8, 5281.99, 4517.17), (5.025, 4527.8, 5279.71, 4517.17),
+     (5.53, 4527.8, 5279.71, 4519.81), (6.372, 4523.68, 4523.68, 4523.68)]]
+
+
+def replay_gap(points, scale: float) -> tuple[float, float] | None:
+    """The default gap rule on a measured trajectory (seconds, checked cost, HiGHS's primal,
+    dual bound; None: none yet) slowed down `scale` times: (scaled time, checked cost) when it
+    fires, or None."""
+    costs = [points[0][1]]
+    p, clock = progress(0.0, costs, gap=G)
+    for t, cost, primal, bound in points:
+        clock.now = t * scale
+        costs.append(cost)
+        if p.observe(math.inf if primal is None else primal,
+                     -math.inf if bound is None else bound):
+            return t * scale, cost
+    return None
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.25, 1.5, 1.75, 2.0])
+def test_the_default_gap_rule_keeps_tts_late_improvement(scale):
+    """On clocks 1-2x slower, the rule never stops TT's solve before its 0.09 % improvement
+    when that improvement comes within run's 10 s ILP limit (after it, the time limit would
+    have stopped the solve first)."""
+    for points in TT_20K:
+        fired = replay_gap(points, scale)
+        improved_at = points[-1][0] * scale
+        assert fired is None or fired[1] == points[-1][1] or fired[0] >= 10.0 \
+            or improved_at > 10.0, (points[0][0], fired)
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0, 4.0])
+def test_the_default_gap_rule_keeps_berts_improvement(scale):
+    """BERT's 13 % gap stays above 2 % until its answer improves (from 613.74 to 534.31)."""
+    points = [(t, c, c, b if math.isfinite(b) else None) for t, c, b in BERT]
+    fired = replay_gap(points, scale)
+    assert fired is None or fired[1] == BERT[-1][1]
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.5, 2.0])
+def test_the_default_gap_rule_stops_nasrnn_once_within_2_percent(scale):
+    """NasRNN's run: the ocf+switch answer (578.40) never improves; the bound reaches 566.85,
+    within 2 %, at 6.1 s (4.2 s after the first report), and the rule stops the solve there."""
+    points = [(t, c, c, b if math.isfinite(b) else None) for t, c, b in NASRNN]
+    first_within = next(t for t, c, b in NASRNN if c - b <= G * c)
+    assert first_within == 6.122
+    fired = replay_gap(points, scale)
+    assert fired is not None and fired[0] == pytest.approx(6.122 * scale)
+
+
+def test_a_solve_within_the_gap_is_stopped_and_reported_honestly(monkeypatch):
+    """The set cover from its greedy start (2179, first bound 1487.6: gap 31.7 %), the clock
+    advancing 1 s per reading, stop_gap 0.35: the rule stops the solve long before it proves
+    optimality; status "within_gap", not optimal, the bound below the cost, the gap computed
+    from them and within 35 %, the answer valid and no worse than the warm start; the recorded
+    trajectory says which rule stopped it, and when (GAP_WAIT after the last improvement)."""
+    _needs_interrupt_callback()
+    p = set_cover_problem()
+    warm = ilp._knuth_greedy(ilp._arrays(p), np.ones(p.n_nodes, bool))[0]
+    warm_cost = dag.dag_cost(p, warm)
+    monkeypatch.setattr(ilp, "_CLOCK", Clock(step=1.0))
+    r = extract_ilp(p, time_limit=120, warm_start=warm, in_process=True, stop_gap=0.35,
+                    restrict=())
+    assert r.status == "within_gap" and not r.optimal
+    assert dag.is_valid(p, r.choice) and r.cost == pytest.approx(dag.dag_cost(p, r.choice))
+    assert r.cost <= warm_cost and 0 < r.bound < r.cost
+    assert r.gap == pytest.approx((r.cost - r.bound) / r.cost) and 0 < r.gap <= 0.35
+    assert r.seconds < 60
+    full = [t for t in r.stats["trajectory"] if t["phase"] == "full"]
+    assert full and full[0]["stopped"] == "within_gap" and not full[0]["stalled"]
+    points = full[0]["points"]
+    assert points[-1][0] - points[0][0] >= GAP_WAIT
+
+
+def test_the_gap_rule_leaves_the_restricted_phases_alone(monkeypatch):
+    """stop_gap reaches the full model's watch only: a restricted phase runs without it."""
+    made = []
+    init = ilp._Progress.__init__
+
+    def spy(self, upper, stall, start=None, clock=None, gap=0.0):
+        made.append(gap)
+        init(self, upper, stall, start, clock, gap)
+
+    monkeypatch.setattr(ilp._Progress, "__init__", spy)
+    p = set_cover_problem(n_elems=30, n_sets=40)
+    r = extract_ilp(p, time_limit=20, in_process=True, stop_gap=0.02, restrict=(2,))
+    assert dag.is_valid(p, r.choice)
+    assert made[-1] == 0.02 and all(g == 0.0 for g in made[:-1]) and len(made) >= 2
 
 
 # ------------------------------------------------------------------ optimize and the command line
@@ -306,6 +503,29 @@ def test_optimize_passes_the_stall_window_and_reports_a_stalled_ilp(monkeypatch)
     assert seen == [STALL_SECONDS, 0.0]
 
 
+def test_optimize_passes_the_gap_and_reports_an_ilp_within_it(monkeypatch):
+    """Options.ilp_gap is a percentage (GAP_PERCENT by default; 0 off), extract_ilp's stop_gap a
+    fraction; the extraction line gives the status and the gap."""
+    from eqsat_nb.extract.ilp import IlpResult
+    from eqsat_nb.optimize import Options, _extract
+
+    p = set_cover_problem(n_elems=10, n_sets=12)
+    seen = []
+
+    def fake(problem, **kw):
+        seen.append(kw["stop_gap"])
+        warm = np.asarray(kw["warm_start"])
+        cost = dag.dag_cost(problem, warm)
+        return IlpResult(warm, cost, 0.985 * cost, 0.015, False, 1.0, 0, "within_gap")
+
+    monkeypatch.setattr(ilp, "extract_ilp", fake)
+    _, how = _extract(p, Options(extract="ilp"))
+    assert how == "ilp (within_gap, gap 1.5 %)"
+    _extract(p, Options(extract="ilp", ilp_gap=0.0))
+    _extract(p, Options(extract="ilp", ilp_gap=5.0))
+    assert seen == [pytest.approx(GAP_PERCENT / 100), 0.0, pytest.approx(0.05)]
+
+
 def test_run_option_ilp_stall(capsys):
     """--ilp-stall SECONDS reaches Options (0: off); its help states the default."""
     from eqsat_nb.cli import build_parser
@@ -320,3 +540,22 @@ def test_run_option_ilp_stall(capsys):
         parser.parse_args(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--ilp-stall SECONDS" in text and f"default {STALL_SECONDS:g};" in text
+
+
+def test_run_option_ilp_gap(capsys):
+    """--ilp-gap PERCENT reaches Options (0: off); its help states the default and the wait."""
+    from eqsat_nb.cli import build_parser
+    from eqsat_nb.commands.run import options_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["run", "model.tir"])
+    assert options_from_args(args).ilp_gap == GAP_PERCENT
+    args = parser.parse_args(["run", "model.tir", "--ilp-gap", "0"])
+    assert options_from_args(args).ilp_gap == 0.0
+    args = parser.parse_args(["bench", "--ilp-gap", "0.5"])
+    assert options_from_args(args).ilp_gap == 0.5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--ilp-gap PERCENT" in text and f"default {GAP_PERCENT:g};" in text
+    assert f"for {GAP_WAIT:g} s" in text

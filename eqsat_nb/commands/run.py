@@ -141,13 +141,18 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
     e.add_argument("--ilp-time-limit", type=float, default=10.0,
                    help="seconds (default 10: on the benchmark e-graphs, up to 34 000 nodes, "
                         "the answer it keeps comes within 5 s; longer proves the bound)")
-    # default None: Options' own (extract.ilp.STALL_SECONDS, which the help repeats), so that
-    # parsing the command line does not load numpy
+    # defaults None: Options' own (extract.ilp.STALL_SECONDS, GAP_PERCENT and GAP_WAIT, which the
+    # help repeats), so that parsing the command line does not load numpy
     e.add_argument("--ilp-stall", type=float, default=None, metavar="SECONDS",
                    help="stop the ILP early when it has stalled: over the last max(SECONDS, "
                         "a quarter of its elapsed time) neither its answer improved nor its bound "
                         "closed 5 %% of the gap (status 'stalled', with its gap; default 8; 0: "
                         "only --ilp-time-limit stops it)")
+    e.add_argument("--ilp-gap", type=float, default=None, metavar="PERCENT",
+                   help="stop the ILP once its answer is proven within PERCENT of the optimum "
+                        "(HiGHS's bound) and has not improved for 4 s (status 'within_gap', "
+                        "with its gap; default 2; 0: prove optimality or reach "
+                        "--ilp-time-limit)")
     e.add_argument("--cost", default="analytic", choices=("analytic", "ort", "trt", "torch"),
                    help="cost backend (default analytic: instant roofline model)")
     e.add_argument("--device", default=None,
@@ -174,9 +179,10 @@ def options_from_args(args: argparse.Namespace):
         if args.c_uct is not None:
             fields["c_uct"] = args.c_uct
         mcts = MctsOptions(**fields)
-    stall = {} if args.ilp_stall is None else {"ilp_stall": args.ilp_stall}
+    ilp = {k: v for k, v in (("ilp_stall", args.ilp_stall), ("ilp_gap", args.ilp_gap))
+           if v is not None}
     return Options(search=args.search, limits=limits, mcts=mcts, extract=args.extract,
-                   ilp_time_limit=args.ilp_time_limit, **stall)
+                   ilp_time_limit=args.ilp_time_limit, **ilp)
 
 
 def cost_model_from_args(args: argparse.Namespace):

@@ -51,6 +51,17 @@ HiGHS's own) improved nor the bound closed STALL_CLOSE of the gap. Its answer an
 as at a time limit; the trajectory is kept in the result's stats["trajectory"]. Without the
 callback only the time limit stops a solve.
 
+The gap rule (`stop_gap`, a fraction, 0 off; `optimize` and `run --ilp-gap PERCENT` default to
+GAP_PERCENT), on the same reports: the full model's solve is interrupted, status "within_gap",
+when the checked answer is within `stop_gap` of HiGHS's dual bound, (cost - bound) / cost <=
+stop_gap, and the answer (checked, or HiGHS's own incumbent) has not improved for GAP_WAIT seconds
+counted from the later of its last improvement and HiGHS's first report on the full model. The
+bound proves the answer loses at most `stop_gap` to the optimum; the result's bound and gap are
+the ones the rule saw (or better), and it is never called optimal unless the bound meets the
+answer. The restricted phases are not affected. With highspy 1.7.1 (improving solutions reported
+in the presolved space only) the checked answer changes only when a solve ends, so the rule acts
+on the warm start's or the restricted phase's answer and waits while HiGHS holds a better one.
+
 Costs must be non-negative (an unreachable selected part then never pays off, which the cycle cuts
 rely on).
 """
@@ -78,6 +89,14 @@ RESTRICT_MAX_FRACTION = 0.7     # a restricted model this close to the full one 
 STALL_SECONDS = 8.0             # the shortest window (optimize's default; 0: off)
 STALL_SHARE = 0.25              # ... which grows to this share of the solve's elapsed time
 STALL_CLOSE = 0.05              # the share of the gap the bound must close within a window
+# The gap rule (see _Progress), from the same trajectories (README, Extraction): every late
+# improvement came while the gap was large (BERT: 13 %) or soon after HiGHS's first report on the
+# full model (TT at 20 000 nodes: 0.09 % better 2.2-3.3 s after it, with a gap under 2 % from
+# 0.9 s after it); replayed on clocks 1-2x slower, a 4 s wait keeps every improvement that comes
+# within run's 10 s (3 s loses TT's at 1.25x-2x), and NasRNN's run still stops as soon as its gap
+# reaches 2 % (6.1-6.3 s into the ILP).
+GAP_PERCENT = 2.0               # the largest gap at which the rule stops (optimize's default)
+GAP_WAIT = 4.0                  # seconds without improvement it waits for
 TRACE_STEP = 0.1                # seconds between the recorded trajectory's points
 
 
@@ -90,9 +109,10 @@ class IlpResult:
     optimal: bool
     seconds: float
     cuts: int               # class sets whose cycles were cut (2-cycles up front, then lazily)
-    status: str             # "optimal" | "time_limit" | "stalled" | "killed" | "infeasible"
-    #                         | "inconsistent" | "error: ..."; "stalled": stopped by the stall
-    #                         rule (see _Progress); "inconsistent": HiGHS's answer contradicted
+    status: str             # "optimal" | "time_limit" | "stalled" | "within_gap" | "killed"
+    #                         | "infeasible" | "inconsistent" | "error: ..."; "stalled",
+    #                         "within_gap": stopped by the stall or the gap rule (see
+    #                         _Progress); "inconsistent": HiGHS's answer contradicted
     #                         itself or a checked selection, and the best verified selection is
     #                         returned
     resolves: int = 0       # solves repeated without the MIP start (see _solve)
@@ -634,26 +654,48 @@ class _Incumbent:
 class _Progress:
     """One model's solve over time, as HiGHS's MIP-interrupt callback reports it: the best
     primal cost (the checked incumbent's or HiGHS's own, the lower) and the best dual bound
-    (every round's holds), and the stall rule on them. The solve has stalled when over the last
-    max(`stall`, STALL_SHARE x elapsed) seconds the primal cost did not improve and the bound
-    closed less than STALL_CLOSE of the gap there was at the window's start; `stall` 0 never
-    stops. Elapsed time counts from `start` (the clock's reading; the clock is injectable so
-    tests can drive the rule). `trace` keeps the trajectory (seconds, checked cost, HiGHS's
-    primal bound, dual bound), thinned to TRACE_STEP seconds, for the result's stats."""
+    (every round's holds), and the two rules that stop it on them (`stopped` says which, None
+    while neither has).
+
+    The stall rule: over the last max(`stall`, STALL_SHARE x elapsed) seconds the primal cost did
+    not improve and the bound closed less than STALL_CLOSE of the gap there was at the window's
+    start; `stall` 0 never stops.
+
+    The gap rule: the checked cost (what the solve returns, or better) is within `gap` of the
+    bound, (cost - bound) <= gap x cost, and the primal cost has not improved (by more than
+    _tol) for GAP_WAIT seconds since the later of its last improvement and the first report;
+    `gap` 0 never stops.
+
+    Elapsed time counts from `start` (the clock's reading; the clock is injectable so tests can
+    drive the rules). `trace` keeps the trajectory (seconds, checked cost, HiGHS's primal bound,
+    dual bound), thinned to TRACE_STEP seconds, for the result's stats."""
 
     def __init__(self, upper: Callable[[], float], stall: float, start: float | None = None,
-                 clock: Callable[[], float] | None = None):
-        self.upper, self.stall, self.clock = upper, float(stall), clock or _CLOCK
+                 clock: Callable[[], float] | None = None, gap: float = 0.0):
+        self.upper, self.stall, self.gap = upper, float(stall), float(gap)
+        self.clock = clock or _CLOCK
         self.start = self.clock() if start is None else start
         self.ts: list[float] = []           # change points of (ups, lows)
         self.ups: list[float] = []
         self.lows: list[float] = []
         self.trace: list[tuple[float, float, float, float]] = []
-        self.stalled = False
-        self.stalled_at = math.inf          # time.perf_counter() when the rule fired
+        self.first: float | None = None     # seconds: the first report
+        self.best = math.inf                # primal cost at its last improvement ...
+        self.improved: float | None = None  # ... and when (seconds)
+        self.stopped: str | None = None     # "stalled" | "within_gap" once a rule fired
+        self.stopped_at = math.inf          # time.perf_counter() when it fired
+
+    @property
+    def stalled(self) -> bool:
+        return self.stopped == "stalled"
+
+    @property
+    def bound(self) -> float:
+        """The best dual bound reported (-inf before the first finite one)."""
+        return self.lows[-1] if self.lows else -math.inf
 
     def observe(self, primal: float, bound: float) -> bool:
-        """Record HiGHS's primal and dual bound now; True once the solve has stalled."""
+        """Record HiGHS's primal and dual bound now; True once a rule has stopped the solve."""
         t = self.clock() - self.start
         checked = self.upper()
         primal = primal if math.isfinite(primal) else math.inf
@@ -665,10 +707,19 @@ class _Progress:
             self.ts.append(t)
             self.ups.append(up)
             self.lows.append(low)
+        if self.first is None:
+            self.first = t
+        if up < self.best - (_tol(self.best) if math.isfinite(self.best) else 0.0):
+            self.best, self.improved = up, t
         self._trace(t, checked, primal, low)
-        if self.stall > 0 and not self.stalled and self._stalled(t):
-            self.stalled, self.stalled_at = True, time.perf_counter()
-        return self.stalled
+        if self.stopped is None:
+            if self.stall > 0 and self._stalled(t):
+                self.stopped = "stalled"
+            elif self.gap > 0 and self._within_gap(t, checked, low):
+                self.stopped = "within_gap"
+            if self.stopped is not None:
+                self.stopped_at = time.perf_counter()
+        return self.stopped is not None
 
     def _trace(self, t: float, checked: float, primal: float, low: float) -> None:
         """A point every TRACE_STEP seconds, and one at every improvement."""
@@ -677,8 +728,8 @@ class _Progress:
             self.trace.append((round(t, 3), checked, primal, low))
 
     def _stalled(self, t: float) -> bool:
-        """The rule at time t: no primal improvement and too little bound progress over the
-        window (never before a full window with a finite gap has been seen)."""
+        """The stall rule at time t: no primal improvement and too little bound progress over
+        the window (never before a full window with a finite gap has been seen)."""
         i = bisect.bisect_right(self.ts, t - max(self.stall, STALL_SHARE * t)) - 1
         if i < 0:
             return False
@@ -688,13 +739,21 @@ class _Progress:
             return False
         return low - low0 < STALL_CLOSE * gap0
 
+    def _within_gap(self, t: float, checked: float, low: float) -> bool:
+        """The gap rule at time t on the checked cost and the bound."""
+        if not (math.isfinite(checked) and math.isfinite(low)) or \
+                checked - low > self.gap * max(abs(checked), 1e-9):
+            return False
+        since = self.first if self.improved is None else max(self.first, self.improved)
+        return t - since >= GAP_WAIT
+
     def record(self) -> dict:
         """The trajectory for the result's stats, its last point included."""
         last = (round(self.clock() - self.start, 3), self.upper(), self.trace[-1][2],
                 self.lows[-1]) if self.trace else None
         points = self.trace + ([last] if last and (not self.trace or last != self.trace[-1])
                                else [])
-        return {"stalled": self.stalled, "points": points}
+        return {"stalled": self.stalled, "stopped": self.stopped, "points": points}
 
 
 def _solve(P: dict, opts: dict) -> dict:
@@ -722,7 +781,7 @@ def _solve(P: dict, opts: dict) -> dict:
     # bounds hold for the restricted model only and are not kept.
     stats["restricted"] = []
     stats["trajectory"] = trajectory = []
-    stall = float(opts.get("stall", 0.0))
+    stall, stop_gap = float(opts.get("stall", 0.0)), float(opts.get("stop_gap", 0.0))
     full_nodes = sum(len(x) for x in pre["cand"])
     cut_sets: set[frozenset] = set()            # cycles cut in a phase: cut in the full model too
     for k in opts.get("restrict", RESTRICT):
@@ -749,7 +808,7 @@ def _solve(P: dict, opts: dict) -> dict:
     inherited = sum(m.cycle_cut(sorted(S)) for S in cut_sets)
     stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3),
                                 "inherited_cuts": inherited}
-    watch = _Progress(lambda: inc.cost, stall, start=c0)
+    watch = _Progress(lambda: inc.cost, stall, start=c0, gap=stop_gap)
     loop = _cut_loop(P, m, inc, deadline, watch=watch)
     trajectory.append({"phase": "full", "start": round(t - t0, 3)} | watch.record())
     stats["rounds"] = loop["rounds"]
@@ -796,9 +855,10 @@ def _restricted(P: dict, pre: dict, k: int, keep: np.ndarray | None) -> dict:
 def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bool = True,
               watch: _Progress | None = None) -> dict:
     """Solve `m` until its incumbent is acyclic (lazy cycle cuts), the deadline passes, HiGHS
-    stops or `watch` finds the solve stalled (status "stalled"), offering every acyclic solution
-    it sees to `inc` (and, with `bounds`, HiGHS's dual bounds: only the full model's bound the
-    true optimum). Returns the status and counts."""
+    stops or one of `watch`'s rules stops it (status "stalled" or "within_gap"), offering every
+    acyclic solution it sees to `inc` (and, with `bounds`, HiGHS's dual bounds: only the full
+    model's bound the true optimum; when a rule stopped the solve, also the bound it saw).
+    Returns the status and counts."""
     import highspy
 
     status = "time_limit"
@@ -827,8 +887,10 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
             resolves += again
             if bounds:
                 inc.offer_bound(db)         # cuts only tighten the model: every bound holds
-            if watch is not None and watch.stalled_at < deadline:
-                status = "stalled"          # (past the deadline the time limit stopped it)
+                if watch is not None and watch.stopped is not None:
+                    inc.offer_bound(watch.bound)    # what the rule decided on
+            if watch is not None and watch.stopped_at < deadline:
+                status = watch.stopped      # (past the deadline the time limit stopped it)
             if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
                 status = kind if kind in ("infeasible", "inconsistent") else status
                 break
@@ -846,7 +908,7 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
             if ms == highspy.HighsModelStatus.kOptimal:
                 status = "optimal"
             break
-        if watch is not None and watch.stalled:     # no new round: it would stop at once
+        if watch is not None and watch.stopped:     # no new round: it would stop at once
             break
         added = 0
         for cy in cyc + seen_cycles:
@@ -1040,13 +1102,15 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
                 seed: int = 0, *, in_process: bool = False, acyclic: str = "cuts",
                 rel_gap: float = 0.0, kill_margin: float = 10.0,
                 verbose: bool = False, highs_options: dict[str, Any] | None = None,
-                restrict: tuple[int, ...] = RESTRICT, stall: float = 0.0) -> IlpResult:
+                restrict: tuple[int, ...] = RESTRICT, stall: float = 0.0,
+                stop_gap: float = 0.0) -> IlpResult:
     """Optimal DAG extraction (see the module docstring). `warm_start` (a valid selection, e.g.
     ocf+switch) is the MIP start and the fallback; with `in_process=False` the solve runs in a
     spawned subprocess killed after `time_limit + kill_margin` seconds. `restrict`: candidates
     per class of the restricted primal phases (() for none); `highs_options`: set on HiGHS;
-    `stall`: the stall rule's shortest window in seconds (0, the default here: only the time
-    limit stops a solve; `optimize` passes STALL_SECONDS)."""
+    `stall`: the stall rule's shortest window in seconds; `stop_gap`: the gap rule's largest
+    relative gap (a fraction; 0.02 is 2 %). Both 0, the defaults here: only the time limit (or a
+    proof of optimality) stops a solve; `optimize` passes STALL_SECONDS and GAP_PERCENT / 100."""
     from .dag import dag_cost, is_valid
 
     if acyclic not in ("cuts", "order"):
@@ -1061,7 +1125,8 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
     opts = {"time_limit": time_limit, "wall_deadline": time.time() + time_limit,
             "warm_start": ws, "seed": seed, "acyclic": acyclic,
             "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {}),
-            "restrict": tuple(int(k) for k in restrict), "stall": float(stall)}
+            "restrict": tuple(int(k) for k in restrict), "stall": float(stall),
+            "stop_gap": float(stop_gap)}
     if in_process:
         res = _solve(P, opts)
     else:
@@ -1099,7 +1164,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
 
 
 _WORKER: list[str] | None = None     # the worker's command line (tests stand in a fake one)
-_CLOCK: Callable[[], float] = time.perf_counter     # the stall rule's (tests drive it in-process)
+_CLOCK: Callable[[], float] = time.perf_counter     # the rules' (tests drive it in-process)
 
 
 def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
