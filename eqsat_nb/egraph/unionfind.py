@@ -8,7 +8,7 @@ from ..kernels import kernel
 from .layout import C_PARENT
 
 
-@kernel("i8(i4[::1], i8)", inline="always")
+@njit(cache=True, inline="always")
 def find(parent: np.ndarray, x: int) -> int:
     """Canonical id of class `x`, compressing the path on the way."""
     root = x
