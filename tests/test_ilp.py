@@ -11,6 +11,7 @@ import pytest
 from eqsat_nb.extract import dag
 from eqsat_nb.extract import problem as pb
 from eqsat_nb.extract.ilp import IlpResult, extract_ilp
+from fake_highs import FakeHighs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -474,16 +475,6 @@ def test_improving_callback_is_checked():
     import highspy
 
     from eqsat_nb.extract import ilp
-
-    class FakeHighs:
-        def setCallback(self, fn, data):
-            self.fn = fn
-
-        def startCallback(self, kind):
-            pass
-
-        def stopCallback(self, kind):
-            pass
 
     h = FakeHighs()
     got = []

@@ -18,6 +18,7 @@ from eqsat_nb.extract import ilp
 from eqsat_nb.extract import problem as pb
 from eqsat_nb.extract.ilp import (GAP_PERCENT, GAP_WAIT, STALL_SECONDS, _Progress,
                                   extract_ilp)
+from fake_highs import FakeHighs
 
 
 class Clock:
@@ -172,16 +173,6 @@ def test_the_interrupt_callback_hands_bounds_over_and_interrupts():
                    "kCallbackMipInterrupt", None)
     if kind is None:
         pytest.skip("this highspy has no MIP-interrupt callback: only the time limit stops a solve")
-
-    class FakeHighs:
-        def setCallback(self, fn, data):
-            self.fn = fn
-
-        def startCallback(self, kind):
-            pass
-
-        def stopCallback(self, kind):
-            pass
 
     h, seen = FakeHighs(), []
     cbs = ilp._Callbacks(h, np.ones(2), None, False,
@@ -483,20 +474,27 @@ def test_the_gap_rule_leaves_the_restricted_phases_alone(monkeypatch):
 
 # ------------------------------------------------------------------ optimize and the command line
 
-def test_optimize_passes_the_stall_window_and_reports_a_stalled_ilp(monkeypatch):
+def _recorded_extract(monkeypatch, key: str, status: str, bound_share: float) -> list:
+    """_extract with extract_ilp replaced by a stand-in that records its `key` argument and
+    answers the warm start with `status` and a bound at `bound_share` of its cost."""
     from eqsat_nb.extract.ilp import IlpResult
-    from eqsat_nb.optimize import Options, _extract
-
-    p = set_cover_problem(n_elems=10, n_sets=12)
     seen = []
 
     def fake(problem, **kw):
-        seen.append(kw["stall"])
+        seen.append(kw[key])
         warm = np.asarray(kw["warm_start"])
         cost = dag.dag_cost(problem, warm)
-        return IlpResult(warm, cost, 0.9 * cost, 0.1, False, 1.0, 0, "stalled")
+        return IlpResult(warm, cost, bound_share * cost, 1 - bound_share, False, 1.0, 0, status)
 
     monkeypatch.setattr(ilp, "extract_ilp", fake)
+    return seen
+
+
+def test_optimize_passes_the_stall_window_and_reports_a_stalled_ilp(monkeypatch):
+    from eqsat_nb.optimize import Options, _extract
+
+    p = set_cover_problem(n_elems=10, n_sets=12)
+    seen = _recorded_extract(monkeypatch, "stall", "stalled", 0.9)
     _, how = _extract(p, Options(extract="ilp"))
     assert how == "ilp (stalled, gap 10.0 %)"
     _extract(p, Options(extract="ilp", ilp_stall=0.0))
@@ -506,19 +504,10 @@ def test_optimize_passes_the_stall_window_and_reports_a_stalled_ilp(monkeypatch)
 def test_optimize_passes_the_gap_and_reports_an_ilp_within_it(monkeypatch):
     """Options.ilp_gap is a percentage (GAP_PERCENT by default; 0 off), extract_ilp's stop_gap a
     fraction; the extraction line gives the status and the gap."""
-    from eqsat_nb.extract.ilp import IlpResult
     from eqsat_nb.optimize import Options, _extract
 
     p = set_cover_problem(n_elems=10, n_sets=12)
-    seen = []
-
-    def fake(problem, **kw):
-        seen.append(kw["stop_gap"])
-        warm = np.asarray(kw["warm_start"])
-        cost = dag.dag_cost(problem, warm)
-        return IlpResult(warm, cost, 0.985 * cost, 0.015, False, 1.0, 0, "within_gap")
-
-    monkeypatch.setattr(ilp, "extract_ilp", fake)
+    seen = _recorded_extract(monkeypatch, "stop_gap", "within_gap", 0.985)
     _, how = _extract(p, Options(extract="ilp"))
     assert how == "ilp (within_gap, gap 1.5 %)"
     _extract(p, Options(extract="ilp", ilp_gap=0.0))
