@@ -36,10 +36,11 @@ PACKAGE = Path(__file__).resolve().parent
 REGISTRY: list["Kernel"] = []   # every @kernel, in definition order
 _state: dict[str, Any] = {"module": None, "loaded": False, "why": "not loaded yet"}
 
-# a declared scalar type -> the Python and NumPy scalars that match it
+# a declared scalar type -> the Python and NumPy scalars Numba itself types as it (so the
+# dispatcher would compile the same specialization; a np.int32 goes to the dispatcher)
 _SCALARS: dict[types.Type, tuple[type, ...]] = {
-    types.int64: (int, np.integer),
-    types.float64: (float, int, np.floating, np.integer),
+    types.int64: (int, np.int64),
+    types.float64: (float, np.float64),
     types.boolean: (bool, np.bool_),
 }
 

@@ -68,6 +68,8 @@ def test_calls_that_match_a_signature_run_the_compiled_code(fake_module):
     (np.zeros((3, 2), np.int32), True, True),               # bool for an integer
     (np.zeros((3, 2), np.int32), 5, 1),                     # int for a boolean
     (np.zeros(4, np.float32), 2.5, True),                   # float32 for float64
+    (np.zeros(4), 2, True),                                 # int for a float
+    (np.zeros((3, 2), np.int32), np.int32(5), True),        # int32 for an int64
 ])
 def test_other_calls_run_the_dispatcher(fake_module, args):
     calls = fake_module(K.build_stamp(""), [_probe])
