@@ -188,8 +188,12 @@ def test_every_kernel_python_calls_is_declared(monkeypatch):
 
 
 def test_declared_return_types_are_what_numba_infers():
-    """The compiled module returns the declared type: it must be the jitted kernel's own."""
+    """The compiled module returns the declared type: it must be the jitted kernel's own. Run
+    where the kernels are just in time (CI's oldest run), which has compiled them by now; with
+    the compiled module in use it would compile every kernel (40 s) for this alone."""
     from numba.core import sigutils
+    if K.compiled_module() is not None:
+        pytest.skip("the kernels run compiled ahead of time here; CI's just-in-time run checks this")
     _all_kernel_modules()
     wrong = []
     for k in REGISTRY:
