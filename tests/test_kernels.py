@@ -56,8 +56,9 @@ def test_calls_that_match_a_signature_run_the_compiled_code(fake_module):
     a = np.zeros((3, 2), np.int32)
     assert _probe(a, 5, True) == "compiled"
     assert _probe(a, np.int64(5), np.bool_(False)) == "compiled"
+    assert _probe(a.astype(np.dtype("i4", metadata={"x": 1})), 5, True) == "compiled"   # equal dtype
     assert _probe(np.zeros(4), 2.5, True) == "compiled"
-    assert calls == [_probe.symbols[0]] * 2 + [_probe.symbols[1]]
+    assert calls == [_probe.symbols[0]] * 3 + [_probe.symbols[1]]
 
 
 @pytest.mark.parametrize("args", [
@@ -76,6 +77,15 @@ def test_other_calls_run_the_dispatcher(fake_module, args):
     assert _probe(*args) == 7 and calls == []
 
 
+def test_the_other_byte_order_is_the_dispatchers_error(fake_module):
+    """'>i4' is not 'i4' (the compiled code would read it as native): the dispatcher refuses it."""
+    from numba.core.errors import TypingError
+    calls = fake_module(K.build_stamp(""), [_probe])
+    with pytest.raises(TypingError):
+        _probe(np.zeros((3, 2), ">i4"), 5, True)
+    assert calls == []
+
+
 def test_a_call_with_too_few_arguments_is_the_dispatchers_error(fake_module):
     calls = fake_module(K.build_stamp(""), [_probe])
     with pytest.raises(TypeError):
@@ -91,7 +101,7 @@ def test_a_readonly_array_runs_the_dispatcher(fake_module):
 
 
 def test_a_module_built_for_this_cpu_is_used_and_for_another_refused(fake_module):
-    fake_module(K.build_stamp(K._host_cpu()), [_probe])
+    fake_module(K.build_stamp(K.host_target()), [_probe])
     assert K.aot_status().startswith("compiled ahead of time")
     fake_module(K.build_stamp("some-other-cpu"), [_probe])
     assert K.aot_status().startswith("just in time")
