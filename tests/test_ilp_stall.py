@@ -515,36 +515,22 @@ def test_optimize_passes_the_gap_and_reports_an_ilp_within_it(monkeypatch):
     assert seen == [pytest.approx(GAP_PERCENT / 100), 0.0, pytest.approx(0.05)]
 
 
-def test_run_option_ilp_stall(capsys):
-    """--ilp-stall SECONDS reaches Options (0: off); its help states the default."""
+@pytest.mark.parametrize("flag, field, default, metavar, extra", [
+    ("--ilp-stall", "ilp_stall", STALL_SECONDS, "SECONDS", ""),
+    ("--ilp-gap", "ilp_gap", GAP_PERCENT, "PERCENT", f"for {GAP_WAIT:g} s"),
+])
+def test_run_ilp_stop_options(capsys, flag, field, default, metavar, extra):
+    """--ilp-stall SECONDS and --ilp-gap PERCENT reach Options for run and bench (0: off); the
+    help states the default (and, for the gap, the wait)."""
     from eqsat_nb.cli import build_parser
     from eqsat_nb.commands.run import options_from_args
 
     parser = build_parser()
-    args = parser.parse_args(["run", "model.tir"])
-    assert options_from_args(args).ilp_stall == STALL_SECONDS
-    args = parser.parse_args(["run", "model.tir", "--ilp-stall", "0"])
-    assert options_from_args(args).ilp_stall == 0.0
+    assert getattr(options_from_args(parser.parse_args(["run", "model.tir"])), field) == default
+    args = parser.parse_args(["run", "model.tir", flag, "0"])
+    assert getattr(options_from_args(args), field) == 0.0
+    assert getattr(options_from_args(parser.parse_args(["bench", flag, "0.5"])), field) == 0.5
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--ilp-stall SECONDS" in text and f"default {STALL_SECONDS:g};" in text
-
-
-def test_run_option_ilp_gap(capsys):
-    """--ilp-gap PERCENT reaches Options (0: off); its help states the default and the wait."""
-    from eqsat_nb.cli import build_parser
-    from eqsat_nb.commands.run import options_from_args
-
-    parser = build_parser()
-    args = parser.parse_args(["run", "model.tir"])
-    assert options_from_args(args).ilp_gap == GAP_PERCENT
-    args = parser.parse_args(["run", "model.tir", "--ilp-gap", "0"])
-    assert options_from_args(args).ilp_gap == 0.0
-    args = parser.parse_args(["bench", "--ilp-gap", "0.5"])
-    assert options_from_args(args).ilp_gap == 0.5
-    with pytest.raises(SystemExit):
-        parser.parse_args(["run", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    assert "--ilp-gap PERCENT" in text and f"default {GAP_PERCENT:g};" in text
-    assert f"for {GAP_WAIT:g} s" in text
+    assert f"{flag} {metavar}" in text and f"default {default:g};" in text and extra in text
