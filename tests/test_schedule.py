@@ -99,6 +99,17 @@ def test_banned_merge_keeps_its_second_turn(rules):
     assert report.banned.get("merge_matmuls_axis1_2d", 0) >= 1 and fired > 280
 
 
+def test_multi_pattern_rules_have_k_multi_turns():
+    s = BackoffScheduler(match_limit=None)
+    assert s.has_turns("m", True, 2) and s.has_turns("r", False, 2)
+    s.applied("m", 1)
+    s.applied("r", 1)
+    assert s.has_turns("m", True, 2) and not s.has_turns("m", True, 1)
+    s.applied("m", 2)
+    s.applied("r", 2)
+    assert not s.has_turns("m", True, 2) and s.has_turns("r", False, 2)
+
+
 def test_cut_bans_skips_rules_that_cannot_run_next():
     s = BackoffScheduler(match_limit=1, ban_length=5)
     s.admit([Candidate("multi", "m", 5, 1)], 2)

@@ -147,8 +147,7 @@ def saturate(eg: EGraph, rules: Sequence[Rule], limits: Limits = Limits(),
             stop = "node limit"
             break
         if not changed and not scheduler.cut_bans(
-                it + 1, lambda name: name not in multi
-                or scheduler.applications(name) < limits.k_multi):
+                it + 1, lambda name: scheduler.has_turns(name, name in multi, limits.k_multi)):
             stop = "saturated"
             break
     return Report(iterations, stop, time.perf_counter() - start)
@@ -188,8 +187,8 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     stats: dict[str, RuleStats] = {}
     if scheduler is not None:
         compiled = [r for r in compiled if scheduler.may_search(r.name, number)
-                    and (not r.is_multi or with_multi
-                         and scheduler.applications(r.name) < limits.k_multi)]
+                    and (with_multi or not r.is_multi)
+                    and scheduler.has_turns(r.name, r.is_multi, limits.k_multi)]
         sinces = [scheduler.since(r.name) for r in compiled]
         since = max(sinces, default=0)      # the usual one: the index lists its new nodes first
     index = MatchIndex(eg, since)

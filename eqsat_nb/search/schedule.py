@@ -133,6 +133,11 @@ class BackoffScheduler:
         """Iterations in which the rule was searched and its matches applied (not banned)."""
         return self._get(name).times_applied
 
+    def has_turns(self, name: str, multi: bool, k_multi: int) -> bool:
+        """Whether the rule may still run: a multi-pattern rule has `k_multi` iterations of
+        applied matches (TENSAT's first k_multi, later where backoff banned it), others always."""
+        return not multi or self.applications(name) < k_multi
+
     def applied(self, name: str, iteration: int) -> None:
         """The rule's matches of `iteration` were applied: its next search starts there (what
         this iteration adds carries its number as epoch)."""
