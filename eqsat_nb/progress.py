@@ -10,6 +10,12 @@ import time
 from typing import TextIO
 
 
+def _draw(stream: TextIO, tty: bool, text: str) -> None:
+    """The progress line: redrawn in place on a terminal, a plain line otherwise."""
+    stream.write(("\r\x1b[2K" + text) if tty else text + "\n")
+    stream.flush()
+
+
 class Progress:
     """`with Progress("saturate", total=15) as p: p.update(3, "1234 nodes")`."""
 
@@ -46,12 +52,7 @@ class Progress:
         if not force and now - self._last < self.min_interval:
             return
         self._last = now
-        text = self.line(done, note)
-        if self.tty:
-            self.stream.write("\r\x1b[2K" + text)
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        _draw(self.stream, self.tty, self.line(done, note))
         self._drawn = True
 
     def close(self) -> None:
@@ -102,6 +103,5 @@ class CompileNotice:
             last = now
             text = (f"compiling kernels (first run only; cached afterwards)  "
                     f"{compile_seconds():6.1f} s")
-            self.stream.write(("\r\x1b[2K" + text) if self.tty else text + "\n")
-            self.stream.flush()
+            _draw(self.stream, self.tty, text)
             self.shown = True
