@@ -383,6 +383,8 @@ def _presolve(P: dict) -> dict:
                 else:
                     kept.append(j)
     stats["dominated"] = dominated
+    while (np.take(rep, rep) != rep).any():     # one step from any dropped node to a kept one
+        rep = np.take(rep, rep)
     feasible = bool(all(productive[int(r)] for r in P["roots"]))
     # reachability from the roots over the alive nodes
     reach = np.zeros(C, bool)
@@ -400,7 +402,7 @@ def _presolve(P: dict) -> dict:
     cand = [[i for i in class_nodes[c] if alive[i]] if model[c] else [] for c in range(C)]
     gstart, gadj = _class_graph(C, cand, kids, model)
     comp = _scc_labels(C, gstart, gadj)
-    sizes = np.bincount(comp[model], minlength=int(comp.max(initial=0)) + 1)
+    sizes = np.bincount(comp[model], minlength=int(comp.max(initial=0)) + 1)   # classes each
     cyclic = model & (sizes[comp] > 1)
     stats.update(classes=int(model.sum()),
                  nodes=int(sum(len(x) for x in cand)), fixed=int((fixed >= 0).sum()),
@@ -409,7 +411,16 @@ def _presolve(P: dict) -> dict:
                  seconds=round(time.perf_counter() - t0, 3))
     return {"alive": alive, "rep": rep, "fixed": fixed, "reach": reach, "kids": kids,
             "greedy": greedy, "tree": tree, "feasible": feasible, "model": model, "cand": cand,
-            "comp": comp, "cyclic": cyclic, "stats": stats}
+            "comp": comp, "comp_size": sizes, "cyclic": cyclic, "stats": stats}
+
+
+def _kept(pre: dict, choice: np.ndarray) -> np.ndarray:
+    """`choice` with every node presolve dropped as dominated replaced by its dominator (what
+    makes a selection of the problem one of the model's; the cost does not rise)."""
+    sel = np.array(choice, np.int64)
+    on = sel >= 0
+    sel[on] = pre["rep"][sel[on]]
+    return sel
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,6 +437,7 @@ class _Model:
         C = P["n_classes"]
         cost = P["node_cost"]
         kids, cand, cyclic, comp = pre["kids"], pre["cand"], pre["cyclic"], pre["comp"]
+        sizes_c = pre["comp_size"]
         mclasses = np.nonzero(pre["model"])[0]
         self.a_col = a_col = np.full(C, -1, np.int64)
         a_col[mclasses] = np.arange(mclasses.size)
@@ -439,7 +451,6 @@ class _Model:
         self.t_col = t_col = np.full(C, -1, np.int64)
         t_col[tclasses] = ncol + np.arange(tclasses.size)
         self.ntotal = ntotal = ncol + tclasses.size
-        sizes_c = np.bincount(comp[cyclic], minlength=int(comp.max(initial=0)) + 1)
 
         self.h = h = highspy.Highs()
         self.inf = inf = highspy.kHighsInf
@@ -583,13 +594,8 @@ class _Model:
         """Column values of a valid selection (dominated nodes mapped to their dominators), or
         None when it does not fit the model."""
         P, pre = self.P, self.pre
-        rep, fixed = pre["rep"], pre["fixed"]
-        sel = np.array(choice, np.int64)
-        for c in np.nonzero(sel >= 0)[0]:
-            j = int(sel[c])
-            while rep[j] != j:
-                j = int(rep[j])
-            sel[c] = j
+        fixed = pre["fixed"]
+        sel = _kept(pre, choice)
         if _valid_cost(P, sel) is None:
             return None
         _, topo = _post_order(P, sel)
@@ -835,7 +841,8 @@ def _restricted(P: dict, pre: dict, k: int, keep: np.ndarray | None) -> dict:
         tree, kids, cost = pre["tree"], pre["kids"], P["node_cost"]
         pre["score"] = {i: float(cost[i]) + sum(float(tree[j]) for j in kids[i])
                         for cs in pre["cand"] for i in cs}
-    score, rep = pre["score"], pre["rep"]
+    score = pre["score"]
+    keep = None if keep is None else _kept(pre, keep)
     cand = []
     for c, cs in enumerate(pre["cand"]):
         if len(cs) <= k:
@@ -844,8 +851,6 @@ def _restricted(P: dict, pre: dict, k: int, keep: np.ndarray | None) -> dict:
         sel = sorted(cs, key=lambda i: (score[i], i))[:k]
         if keep is not None and keep[c] >= 0:
             j = int(keep[c])
-            while rep[j] != j:
-                j = int(rep[j])
             if j not in sel and j in cs:
                 sel.append(j)
         cand.append(sel)
