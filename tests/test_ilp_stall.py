@@ -41,10 +41,11 @@ def progress(stall: float, costs: list[float], gap: float = 0.0) -> tuple[_Progr
 
 def drive(p: _Progress, clock: Clock, until: float, step: float,
           bound: Callable[[float], float],
-          primal: Callable[[float], float] = lambda t: math.inf) -> float | None:
-    """Report bound(t) (and HiGHS's primal(t)) every `step` seconds up to `until`; the time the
-    rule said stalled, or None."""
-    t = 0.0
+          primal: Callable[[float], float] = lambda t: math.inf,
+          start: float = 0.0) -> float | None:
+    """Report bound(t) (and HiGHS's primal(t)) every `step` seconds from `start` up to `until`;
+    the time a rule stopped the solve, or None."""
+    t = start
     while t <= until:
         clock.now = t
         if p.observe(primal(t), bound(t)):
@@ -288,15 +289,8 @@ def test_the_gap_rule_stops_a_flat_answer_within_the_gap_after_the_wait():
     """Answer 100, bound 99 (1 % gap) from the first report at 0.5 s on: the rule fires at the
     first report GAP_WAIT after it, not before."""
     p, clock = progress(0.0, [100.0], gap=G)
-    t = 0.5
-    fired = None
-    while t <= 60.0:
-        clock.now = t
-        if p.observe(100.0, 99.0):
-            fired = t
-            break
-        t += 0.1
-    assert fired == pytest.approx(0.5 + GAP_WAIT, abs=0.11) and fired >= 0.5 + GAP_WAIT
+    fired = drive(p, clock, 60.0, 0.1, bound=lambda t: 99.0, primal=lambda t: 100.0, start=0.5)
+    assert fired is not None and fired == pytest.approx(0.5 + GAP_WAIT, abs=0.11) and fired >= 0.5 + GAP_WAIT
     assert p.stopped == "within_gap" and not p.stalled
     assert p.record()["stopped"] == "within_gap" and not p.record()["stalled"]
 
@@ -339,14 +333,8 @@ def test_the_gap_rule_waits_from_the_first_report():
     """HiGHS's first report on the full model comes after its presolve (3 s here): the wait
     counts from there, not from the solve's start."""
     p, clock = progress(0.0, [100.0], gap=G)
-    t, fired = 3.0, None
-    while t <= 60.0:
-        clock.now = t
-        if p.observe(100.0, 99.5):
-            fired = t
-            break
-        t += 0.1
-    assert fired == pytest.approx(3.0 + GAP_WAIT, abs=0.11)
+    fired = drive(p, clock, 60.0, 0.1, bound=lambda t: 99.5, primal=lambda t: 100.0, start=3.0)
+    assert fired is not None and fired == pytest.approx(3.0 + GAP_WAIT, abs=0.11)
 
 
 def test_the_stall_rule_comes_first():
