@@ -755,10 +755,12 @@ class _Progress:
 
     def record(self) -> dict:
         """The trajectory for the result's stats, its last point included."""
-        last = (round(self.clock() - self.start, 3), self.upper(), self.trace[-1][2],
-                self.lows[-1]) if self.trace else None
-        points = self.trace + ([last] if last and (not self.trace or last != self.trace[-1])
-                               else [])
+        points = list(self.trace)
+        if points:
+            last = (round(self.clock() - self.start, 3), self.upper(), points[-1][2],
+                    self.lows[-1])
+            if last != points[-1]:
+                points.append(last)
         return {"stalled": self.stalled, "stopped": self.stopped, "points": points}
 
 
@@ -974,7 +976,6 @@ class _Callbacks:
         self.h, self.obj, self.fn, self.progress = h, obj, on_improving, on_progress
         self.start: list[float] | None = None
         self.kinds: list[Any] = []
-        self.USER = self.INTERRUPT = None
         cb = getattr(highspy, "cb", None)
         if cb is None or not hasattr(h, "setCallback"):
             self.user_solution = False
