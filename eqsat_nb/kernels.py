@@ -8,8 +8,8 @@ into one extension module, `eqsat_nb._kernels` (`build_kernels.py`, run by setup
 whose arguments match a declared signature exactly (dtype, rank, C-contiguous, writeable, aligned
 arrays; Python or NumPy scalars) runs the compiled code; any other call, and every call when the
 module is missing, stale or was built for another CPU (name or features), runs the ordinary
-`@njit(cache=True)` dispatcher, so the answer is the same either way. Kernels called only from other kernels stay
-plain `@njit`: the compiled module includes them.
+`@njit(cache=True)` dispatcher, so the answer is the same either way. Kernels called only from
+other kernels stay plain `@njit`: the compiled module includes them.
 
 `EQSAT_NB_JIT=1` forces the dispatchers (as do NUMBA_DISABLE_JIT and NUMBA_BOUNDSCHECK, whose
 checks only the just-in-time code has); `eqsat-nb --version` says which kernels are in use.
@@ -191,14 +191,22 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
-def build_stamp(target: str) -> int:
+def build_stamp(target: str, sources: bytes | None = None) -> int:
     """What a compiled module must carry to be used: a digest of the kernels' sources
-    (kernel_sources) and of the CPU it was compiled for ("": the architecture's generic model;
-    else host_target())."""
-    h = hashlib.sha256(target.encode())
+    (`sources`, else _sources_digest()) and of the CPU it was compiled for ("": the architecture's
+    generic model; else host_target())."""
+    if sources is None:
+        sources = _sources_digest()
+    h = hashlib.sha256(target.encode() + b"\0" + sources)
+    return int(h.hexdigest()[:15], 16)
+
+
+def _sources_digest() -> bytes:
+    """SHA-256 of the kernels' source files (kernel_sources), names and contents."""
+    h = hashlib.sha256()
     for path in kernel_sources():
         h.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
-    return int(h.hexdigest()[:15], 16)
+    return h.digest()
 
 
 def compiled_module() -> Any:
@@ -232,7 +240,8 @@ def _load_module() -> tuple[Any, str]:
         stamp = module._stamp()
     except Exception as e:                       # a module from an older build scheme
         return None, f"unusable compiled kernels: {e}"
-    if stamp not in (build_stamp(""), build_stamp(host_target())):
+    sources = _sources_digest()       # read once for both targets a module may be built for
+    if stamp not in (build_stamp("", sources), build_stamp(host_target(), sources)):
         return None, ("the compiled kernels are not those of these sources and this CPU; "
                       "reinstall to rebuild them")
     return module, ""
