@@ -56,7 +56,8 @@ def test_calls_that_match_a_signature_run_the_compiled_code(fake_module):
     a = np.zeros((3, 2), np.int32)
     assert _probe(a, 5, True) == "compiled"
     assert _probe(a, np.int64(5), np.bool_(False)) == "compiled"
-    assert _probe(a.astype(np.dtype("i4", metadata={"x": 1})), 5, True) == "compiled"   # equal dtype
+    equal = np.dtype("i4", metadata={"x": 1})          # equal to int32, another dtype object
+    assert _probe(a.astype(equal), 5, True) == "compiled"
     assert _probe(np.zeros(4), 2.5, True) == "compiled"
     assert calls == [_probe.symbols[0]] * 3 + [_probe.symbols[1]]
 
@@ -203,7 +204,8 @@ def test_declared_return_types_are_what_numba_infers():
     the compiled module in use it would compile every kernel (40 s) for this alone."""
     from numba.core import sigutils
     if K.compiled_module() is not None:
-        pytest.skip("the kernels run compiled ahead of time here; CI's just-in-time run checks this")
+        pytest.skip("the kernels run compiled ahead of time here; "
+                    "CI's just-in-time run checks this")
     _all_kernel_modules()
     wrong = []
     for k in REGISTRY:
