@@ -121,6 +121,20 @@ def test_dominated_and_unproductive_nodes():
     assert r.cost == 3.0 and r.choice[1] == 2 and r.choice[3] == -1
 
 
+def test_dominated_nodes_map_to_a_kept_dominator_in_one_step():
+    """Class 1: n1 (cost 1, child class 2) dominates n2 and n3 (costs 2 and 3, child classes 2
+    and 3); both map straight to n1, so a selection using n3 becomes one using n1."""
+    from eqsat_nb.extract import ilp
+
+    p = pb.from_arrays(4, [0, 1, 1, 1, 2, 3], [1, 1, 2, 3, 1, 1],
+                       [[1], [2], [2, 3], [2, 3], [], []], [0])
+    pre = ilp._presolve(ilp._arrays(p))
+    rep = pre["rep"]
+    assert list(rep[1:4]) == [1, 1, 1] and (rep[rep] == rep).all()
+    assert list(ilp._kept(pre, np.array([0, 3, 4, 5]))) == [0, 1, 4, 5]
+    assert list(ilp._kept(pre, np.array([0, 2, 4, -1]))) == [0, 1, 4, -1]
+
+
 def test_infeasible_root():
     p = pb.from_arrays(1, [0], [1.0], [[0]], [0])
     r = extract_ilp(p, in_process=True)

@@ -358,6 +358,7 @@ def _presolve(P: dict) -> dict:
     class_nodes = [P["class_nodes"][P["class_start"][c]: P["class_start"][c + 1]].tolist()
                    for c in range(C)]
     rep = np.arange(N, dtype=np.int64)          # dropped dominated node -> kept dominator
+    # (one step: each class is visited once and a node is mapped only to one its visit keeps)
     fixed = np.full(C, -1, np.int64)            # class fixed to a zero-cost leaf
     dominated = 0
     for c in range(C):
@@ -383,8 +384,6 @@ def _presolve(P: dict) -> dict:
                 else:
                     kept.append(j)
     stats["dominated"] = dominated
-    while (np.take(rep, rep) != rep).any():     # one step from any dropped node to a kept one
-        rep = np.take(rep, rep)
     feasible = bool(all(productive[int(r)] for r in P["roots"]))
     # reachability from the roots over the alive nodes
     reach = np.zeros(C, bool)
