@@ -18,10 +18,13 @@ from pathlib import Path
 
 
 def _torchvision_tolerant() -> None:
-    """timm imports torchvision; a torchvision wheel built for another torch build cannot load
+    """timm and transformers import torchvision; a torchvision wheel built for another torch
+    build (the CUDA one beside a CPU torch) cannot load
     its C ops and fails registering their fake kernels. Those ops are never used here."""
     import torch.library as lib
 
+    if getattr(lib.register_fake, "tolerant", False):
+        return
     orig = lib.register_fake
 
     def register_fake(op, func=None, /, *args, **kwargs):
@@ -32,6 +35,7 @@ def _torchvision_tolerant() -> None:
                 return f
         return deco(func) if func is not None else deco
 
+    register_fake.tolerant = True
     lib.register_fake = register_fake
 
 
@@ -49,6 +53,7 @@ def _image(model, size: int = 224, name: str = "pixel_values"):
 
 
 def build(name: str):
+    _torchvision_tolerant()
     import torch
     import transformers as tf
     torch.manual_seed(0)
@@ -61,7 +66,6 @@ def build(name: str):
     if name == "vit_base_ts":
         return _image(tf.ViTModel(tf.ViTConfig(), add_pooling_layer=False))
     if name == "timm_vit_s_ts":
-        _torchvision_tolerant()
         import timm
         return _image(timm.create_model("vit_small_patch16_224", pretrained=False), name="x")
     if name == "llama1b_dynamo":
