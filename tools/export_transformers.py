@@ -39,9 +39,28 @@ def _torchvision_tolerant() -> None:
     lib.register_fake = register_fake
 
 
+def _first_output(model):
+    """The model called with its input by keyword, returning its first output tensor: what the
+    TorchScript tracer can trace (transformers 5's decorated forward takes keyword-only extras
+    the tracer would fill positionally)."""
+    import torch
+
+    class First(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            out = self.model(x)
+            return out[0] if isinstance(out, (tuple, list)) else (
+                out.last_hidden_state if hasattr(out, "last_hidden_state") else out.logits)
+
+    return First().eval()
+
+
 def _text(model_cls, config, vocab: int, seq: int = 128):
     import torch
-    model = model_cls(config).eval()
+    model = _first_output(model_cls(config).eval())
     ids = torch.randint(0, vocab, (1, seq), generator=torch.Generator().manual_seed(1))
     return model, (ids,), ["input_ids"]
 
@@ -64,7 +83,7 @@ def build(name: str):
     if name == "gpt2_ts":
         return _text(tf.GPT2Model, tf.GPT2Config(), 50257)
     if name == "vit_base_ts":
-        return _image(tf.ViTModel(tf.ViTConfig(), add_pooling_layer=False))
+        return _image(_first_output(tf.ViTModel(tf.ViTConfig(), add_pooling_layer=False)))
     if name == "timm_vit_s_ts":
         import timm
         return _image(timm.create_model("vit_small_patch16_224", pretrained=False), name="x")
