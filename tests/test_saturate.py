@@ -224,7 +224,9 @@ def test_which_multi_rules_are_symmetric(tensat_rules):
     sym = {r.name for r in tensat_rules if r.is_multi and is_symmetric(r.lhs, r.rhs, r.conds)}
     assert sym == {"merge_relus_axis1_2d", "merge_matmuls_axis1_2d", "merge_matmuls_axis0_2d",
                    "merge_relus_axis0_2d", "merge_relus_axis1_4d", "merge_convs_axis0",
-                   "merge_relus_axis0_4d", "merge_convs_axis1", "merge_convbiases_axis1"}
+                   "merge_relus_axis0_4d", "merge_convs_axis1", "merge_convbiases_axis1",
+                   "merge_projections", "merge_projections_bias", "merge_projections_bias_first",
+                   "merge_linears_2d"}
 
 
 def test_attribute_variables_bound_to_lists_with_one_first_value():
