@@ -230,8 +230,8 @@ def test_shipped_rule_set_counts(shipped_rules):
     per_file = Counter(Path(r.file).name for r in shipped_rules)
     assert per_file == {"elementwise.rules": 27, "matmul.rules": 27, "conv.rules": 18,
                         "concat.rules": 52, "multi.rules": 15, "bias.rules": 7,
-                        "transformer.rules": 21}
-    assert len({r.name for r in shipped_rules}) == 167
+                        "transformer.rules": 39}
+    assert len({r.name for r in shipped_rules}) == 185
     tensat = [r for r in shipped_rules if Path(r.file).name not in OWN]
     single = [r for r in tensat if not r.is_multi]
     multi = [r for r in tensat if r.is_multi]

@@ -143,6 +143,8 @@ class _Splicer:
                 self.matmul(node)
             elif node.op == "concat" and self.concat(node):
                 continue
+            elif node.op == "scale" and node.inputs[0] in self.pending:
+                self.scale(node)
             else:
                 for v in node.inputs:
                     self.full(v)
@@ -303,6 +305,18 @@ class _Splicer:
         self.compact[node.results[0]] = (name, tuple(shape))
         self.pending.add(node.results[0])
         return True
+
+    def scale(self, node: Node) -> None:
+        """A scale of a broadcast value (a bias folded with an attention scale) on the compact
+        value, itself broadcast by its readers."""
+        w = self.writer
+        name, shape = self.compact_of(node.inputs[0])
+        dt = NP_DTYPES[node.types[0].dtype]
+        out = self.fresh(node.results[0])
+        w.add("Mul", [name, w.const(self.fresh("value"), np.asarray(node.attr["value"], dt),
+                                    doc=repr(node.attr["value"]))], [out])
+        self.compact[node.results[0]] = (out, shape)
+        self.pending.add(node.results[0])
 
     def conv_bias(self, node: Node, conv: str, bias: str) -> bool:
         """conv2d(x, w) + broadcast(reshape(b → [C,1,1])) → Conv(x, w, b), when the conv is new,

@@ -262,6 +262,7 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     for pairs in pending_unions:
         eg.union_many(pairs)
     eg.rebuild()
+    complete_splits(eg, before[0])
     t3 = time.perf_counter()
     n_filtered = 0
     if limits.filter_cycles:
@@ -273,6 +274,39 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     record = Iteration(number, eg.num_nodes, eg.num_classes, n_filtered, t1 - t0, t2 - t1,
                        t3 - t2, t4 - t3, stats)
     return record, hit_limit, (eg.num_nodes, eg.num_unions) != before
+
+
+def complete_splits(eg: EGraph, first: int) -> int:
+    """Give every split node added since node id `first` all its results (`proj` nodes): a rule
+    whose target reads one result of a new split (rules/transformer.rules' scale folded into one
+    part of a merged projection) adds only that one, and the other results must exist for rules
+    (split_of_merged_projection_*) to join them to the values they equal. Returns the number of
+    results added. TENSAT's merges name every result, so they add none here."""
+    from ..egraph.layout import N_OP
+    from ..ir.ops import OPS, infer_types
+    split = EOP_NAMES.index("split")
+    new = np.nonzero(eg.nodes[N_OP, first:eg.num_nodes] == split)[0] + first
+    added = 0
+    for n in new:
+        n = int(n)
+        if not eg.is_live(n):
+            continue
+        axis_c, sizes_c, x = (eg.find(c) for c in eg.node_children(n))
+        xt = eg.class_type(x)
+        if xt is None:
+            continue
+        attrs = (("axis", eg.literal_value(eg.class_nodes(axis_c)[0])),
+                 ("sizes", eg.literal_value(eg.class_nodes(sizes_c)[0])))
+        s = eg.node_class(n)
+        types = None
+        for j in range(len(attrs[1][1])):
+            lit = eg.add_literal(j)
+            if eg.lookup("proj", (lit, s)) >= 0:
+                continue
+            types = types or infer_types("split", [xt], attrs)
+            eg.add("proj", (lit, s), ty=types[j])
+            added += 1
+    return added
 
 
 def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_multi: bool,
