@@ -286,3 +286,36 @@ def test_idioms_import_and_match_onnxruntime():
         r = import_onnx(m, "m.onnx")
         assert not compare(r, inputs_for(r, high=3), rtol=1e-4, atol=1e-5)
         assert not [n for n in r.graph.nodes if n.op == "opaque"]
+
+
+def test_scales_fold_into_a_merged_projection(tmp_path):
+    """Q and K scaled (as SDPA does), all three projections merged: the scales end in the merged
+    weight, none on an activation (the fold reaches a part of the merged projection; its other
+    parts join the projections they equal, since the search completes every new split's
+    results)."""
+    from eqsat_nb.ir.parse import load
+    tir = tmp_path / "q.tir"
+    tir.write_text("""func @q(%x: tensor<1x8x64xf32>) -> tensor<1x8x64xf32> {
+  %wq = weight @wq : tensor<64x64xf32>
+  %wk = weight @wk : tensor<64x64xf32>
+  %wv = weight @wv : tensor<64x64xf32>
+  %q = matmul(%x, %wq) : tensor<1x8x64xf32>
+  %k = matmul(%x, %wk) : tensor<1x8x64xf32>
+  %v = matmul(%x, %wv) : tensor<1x8x64xf32>
+  %qs = scale(%q) {value = 0.5} : tensor<1x8x64xf32>
+  %ks = scale(%k) {value = 0.5} : tensor<1x8x64xf32>
+  %a = ewmul(%qs, %ks) : tensor<1x8x64xf32>
+  %b = ewmul(%a, %v) : tensor<1x8x64xf32>
+  return %b
+}
+""")
+    out = tmp_path / "o.tir"
+    assert main(["run", str(tir), "--device", "a100", "-q", "-o", str(out)]) == 0
+    g = load(out)
+    ops = [n.op for n in g.compute_nodes()]
+    assert ops.count("matmul") == 1
+    weight_only = {n.results[0] for n in g.weights()}
+    for n in g.compute_nodes():
+        if all(v in weight_only for v in n.inputs):
+            weight_only.update(n.results)
+    assert all(n.inputs[0] in weight_only for n in g.compute_nodes() if n.op == "scale")
