@@ -361,7 +361,6 @@ def run(args, clock: Clock) -> int:
     from eqsat_nb.rules.parse import load_rules
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     models = load_models(args.models or list(BENCHMARK))
     rules = load_rules(None)
     log(clock, f"{len(models)} models; saturating")
@@ -388,6 +387,7 @@ def run(args, clock: Clock) -> int:
         f"{est_one_call * 1e3:.1f} ms for one call of each")
     if args.plan:
         return 0
+    out.mkdir(parents=True, exist_ok=True)
 
     import torch
 

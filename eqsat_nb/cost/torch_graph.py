@@ -32,7 +32,7 @@ import numpy as np
 from ..ir.graph import Graph, TensorType
 from ..ir.interp import random_tensor
 from ..ir.ops import OPS
-from .torch_backend import _import_torch, lower
+from .torch_backend import _import_torch, lower, torch_dtype
 
 METHODS = ("graph", "eager")
 
@@ -49,8 +49,12 @@ class Leaves:
         self.tensors: dict[str, Any] = {}
 
     def get(self, key: str, ty: TensorType, positive: bool = False) -> Any:
-        """The tensor for input '%x' or weight '@w' (drawn once; positive: batchnorm variance)."""
+        """The tensor for input '%x' or weight '@w' of type `ty` (made once per name and type;
+        positive: a batchnorm variance)."""
         got = self.tensors.get(key)
+        if got is not None and (tuple(got.shape) != tuple(ty.shape)
+                                or got.dtype != torch_dtype(self.torch, ty.dtype)):
+            got = None                  # another graph's value of that name: not shared
         if got is None:
             value = self.given.get(key[1:]) if key.startswith("@") else None
             if value is None or np.asarray(value).size == 0:     # no value: drawn at random
@@ -108,7 +112,6 @@ class TorchGraph:
         self.static_out: list[Any] | None = None
 
     def fixed_dtype(self, ty: TensorType) -> Any:
-        from .torch_backend import torch_dtype
         return torch_dtype(self.torch, ty.dtype)
 
     def run(self) -> list[Any]:
