@@ -151,6 +151,27 @@ def measure_configs(order: list, model, clock: Clock, stop_at: float) -> dict:
     return out
 
 
+# Per-configuration overhead assumed by `plan_seconds` on a GPU: operand creation, warm-up,
+# CUDA graph capture and the Python around them, plus cuDNN's algorithm search for a conv
+# (benchmark mode tries every algorithm once). Guesses to be checked against the first run's
+# "measured N configurations in S s" line; the CPU dry run measured 59 small configurations in
+# 1.0 s and 167 (squeezenet's convs included) in 3.9 s, 17-23 ms each, on this 2-vCPU machine.
+OVERHEAD_S = {"conv2d": 0.04, "other": 0.01}
+
+
+def plan_seconds(order: list, analytic, args) -> float:
+    """Estimated seconds to measure `order` with the tool's settings: per configuration its
+    overhead, warm-up calls and at least `min_repeats` (5) replays of `calls` calls, or
+    `target_s` of replays, at the analytic profile's price."""
+    total = 0.0
+    for sig in order:
+        one = analytic.cost(sig) * 1e-6
+        replays = max(5 * args.calls * one, args.target_s)
+        total += OVERHEAD_S.get(sig.op, OVERHEAD_S["other"]) + (args.warmups + args.calls) * one \
+            + replays
+    return total
+
+
 # ------------------------------------------------------------------ phase 3: end to end
 def optimize_with(graph, cost_model, rules, ilp_time_limit: float):
     from eqsat_nb.optimize import Options, optimize
@@ -384,7 +405,8 @@ def run(args, clock: Clock) -> int:
     analytic = AnalyticCostModel(profile_name)
     est_one_call = sum(analytic.cost(s) for s in order) / 1e6
     log(clock, f"{len(order)} distinct configurations; the {profile_name} profile estimates "
-        f"{est_one_call * 1e3:.1f} ms for one call of each")
+        f"{est_one_call * 1e3:.1f} ms for one call of each; measuring them all should take "
+        f"about {plan_seconds(order, analytic, args):.0f} s on a GPU (plan_seconds)")
     if args.plan:
         return 0
     out.mkdir(parents=True, exist_ok=True)
@@ -406,9 +428,10 @@ def run(args, clock: Clock) -> int:
                         calls=args.calls, target_s=args.target_s, tf32=args.tf32)
     log(clock, f"device {device_name}: {tm.device}")
 
-    # phase 2
+    # phase 2: a share of what phase 1 (saturation, and Numba's compilation on a fresh
+    # machine) left of the budget
     t = clock.elapsed()
-    measured = measure_configs(order, tm, clock, args.budget * args.measure_share)
+    measured = measure_configs(order, tm, clock, t + args.measure_share * clock.left())
     measure_s = clock.elapsed() - t
     notes = {"method": tm.method, "calls": args.calls, "tf32": args.tf32,
              "uncaptured": tm.uncaptured, "measured": len(measured), "configs": len(order),
