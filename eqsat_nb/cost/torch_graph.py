@@ -60,6 +60,8 @@ class Leaves:
             if value is None or np.asarray(value).size == 0:     # no value: drawn at random
                 value = random_tensor(key, ty, self.seed, positive=positive)
             arr = np.ascontiguousarray(np.asarray(value))
+            if not arr.flags.writeable:         # ONNX initializers are read-only views
+                arr = arr.copy()
             if tuple(arr.shape) != tuple(ty.shape):
                 raise ValueError(f"value of {key} has shape {arr.shape}, expected {ty.shape}")
             got = self.tensors[key] = self.torch.as_tensor(arr).to(self.dev)
