@@ -5,8 +5,9 @@
     python tools/transformer_table.py MODELS_DIR [NAME ...] [--base CHECKOUT] [--out DIR]
 
 MODELS_DIR holds NAME.onnx files (tools/export_transformers.py writes them). For each model and
-checkout: the a100 run's merged projections (from its report's changes: "merged 3 matmul into
-1, 12 times" is 12 three-way merges), estimated speed-up, wall time and peak RSS of the whole
+checkout: the a100 run's merged projections (Splits of a MatMul's result in the written model;
+when the input was kept, from the report's changes: "merged 3 matmul into 1, 12 times" is 12
+three-way merges), estimated speed-up, wall time and peak RSS of the whole
 command, whether both numeric checks passed and what was written; the cpu run's written file and
 whether the graph inputs and outputs (names, types, dims) are the input's. Runs are sequential
 (heavy: run it under the shared lock). A checkout is run as `python -m eqsat_nb` with the
@@ -56,8 +57,27 @@ def run(checkout: Path, model: Path, device: str, out: Path) -> dict:
     checks = ("both pass" if r.get("verification", {}).get("ok")
               and "max |err|" in str(oo.get("onnxruntime_check", "")) else
               "unchanged" if not r.get("improved") else "see report")
+    if oo.get("written") == "optimized":      # what the file holds; else what the run found
+        merges = written_merges(onx)
     return {"rc": rc, "wall": secs, "rss": rss, "speedup": r["speedup_pct"], "merges": merges,
             "checks": checks, "written": oo.get("written"), "onnx": onx}
+
+
+def written_merges(path) -> dict:
+    """Merged projections in a written model: Splits of a MatMul's result (or of its Add)."""
+    import onnx
+    g = onnx.load(str(path), load_external_data=False).graph
+    prod = {o: n for n in g.node for o in n.output}
+    out: dict = {}
+    for n in g.node:
+        if n.op_type != "Split":
+            continue
+        src = prod.get(n.input[0])
+        if src is not None and src.op_type == "Add":
+            src = next((prod[i] for i in src.input if i in prod and prod[i].op_type == "MatMul"), None)
+        if src is not None and src.op_type == "MatMul":
+            out[len(n.output)] = out.get(len(n.output), 0) + 1
+    return out
 
 
 def io_kept(model: Path, written: Path) -> str:
