@@ -204,22 +204,26 @@ def test_guard_times_both_models_alternating():
     assert t.rounds >= 5 and t.before_ms > 0 and t.after_ms > 0 and t.spread >= 0
 
 
-@pytest.mark.parametrize("ratios, gpu, keep", [
-    ((1.00, 1.00), False, False),     # the same speed: the input stays
-    ((1.005, 1.0), False, False),     # under the 1 % floor
-    ((1.20, 1.00), False, True),      # faster at one thread, not slower at the default count
-    ((1.20, 0.90), False, False),     # slower at the default thread count
-    ((0.99, 1.00), True, True),       # a GPU target within the noise here
-    ((0.95, 1.00), True, False),      # a GPU target measurably slower here
-    ((0.985, 1.00), True, False),     # a GPU target under the 0.99 floor at one thread
+@pytest.mark.parametrize("ratios, gpu, keep, spread", [
+    ((1.00, 1.00), False, False, 0.005),     # the same speed: the input stays
+    ((1.005, 1.0), False, False, 0.005),     # under the 1 % floor
+    ((1.20, 1.00), False, True, 0.005),      # faster at one thread, not slower at the default count
+    ((1.20, 0.90), False, False, 0.005),     # slower at the default thread count
+    ((0.99, 1.00), True, True, 0.005),       # a GPU target within the noise here
+    ((0.95, 1.00), True, False, 0.005),      # a GPU target measurably slower here
+    ((0.985, 1.00), True, False, 0.005),     # a GPU target under the 0.99 floor at one thread
+    # DistilBERT's merged Q/K/V on a loaded machine: 0.983x +-0.023 at one thread (its kernels
+    # profiled as fast as the input's, its Splits 0.3 % of the time): within the noise of 1
+    ((0.983, 1.00), True, True, 0.023),
+    ((0.95, 1.00), True, False, 0.023),      # beyond that noise: refused
 ])
-def test_guard_verdicts(monkeypatch, ratios, gpu, keep):
+def test_guard_verdicts(monkeypatch, ratios, gpu, keep, spread):
     """The guard's decision rule, on given timings (timing itself is not asserted in tests)."""
     from eqsat_nb.onnx_io import measure
 
     it = iter(ratios)
     monkeypatch.setattr(measure, "time_pair", lambda a, b, feeds, threads, budget_s:
-                        measure.Timing(threads, 1.0, 1.0, next(it), 0.005, 9))
+                        measure.Timing(threads, 1.0, 1.0, next(it), spread, 9))
     assert measure.guard(None, None, {}, gpu_target=gpu).keep is keep
 
 

@@ -83,7 +83,8 @@ def written_merges(path) -> dict:
             continue
         src = prod.get(n.input[0])
         if src is not None and src.op_type == "Add":
-            src = next((prod[i] for i in src.input if i in prod and prod[i].op_type == "MatMul"), None)
+            src = next((prod[i] for i in src.input
+                        if i in prod and prod[i].op_type == "MatMul"), None)
         if src is not None and src.op_type == "MatMul":
             out[len(n.output)] = out.get(len(n.output), 0) + 1
     return out
