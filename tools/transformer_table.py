@@ -133,10 +133,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="another checkout to run beside this one (repeatable)")
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "transformer_table")
     ap.add_argument("--devices", default="a100,cpu", help="a100,cpu (default) or one of them")
+    ap.add_argument("--no-this", action="store_true", help="only the --base checkouts")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     names = a.names or sorted(p.stem for p in a.models.glob("*.onnx"))
-    sides = [("this", REPO)] + [(b.resolve().name, b.resolve()) for b in a.base]
+    sides = [("this", REPO)][:0 if a.no_this else 1] + [(b.resolve().name, b.resolve())
+                                                         for b in a.base]
     devices = a.devices.split(",")
     print("| model | exporter | layers | checkout | merges found (a100) | est. a100 speed-up | "
           "`run` wall s | peak RSS GiB | checks | a100 written | cpu written, I/O kept |")
