@@ -33,7 +33,8 @@ from ..errors import ShapeError, TirError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Graph, TensorType
 from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node, implicit_inputs
-from ..ir.shapes import window_pads
+from ..ir.ops import ONNX_IMPORT
+from ..ir.ops.onnx_map import Const, NoMap, attrs_of, known, need, short
 from .exporter import WEIGHTS_KEY
 from .names import unique
 
@@ -43,17 +44,6 @@ _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.$]")
 _TYPE_NAMES = {1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double", 12: "uint32",
                13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16"}
-
-
-class _NoMap(Exception):
-    """This node does not map exactly onto the table: import it as an opaque node."""
-
-
-@dataclass
-class _Const:
-    value: np.ndarray
-    from_constant_node: bool      # a Constant node (vs an initializer)
-    doc: str = ""
 
 
 def _dtype(elem: int, what: str) -> str:
@@ -75,7 +65,7 @@ class _Importer:
         g = model.graph
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
         self.opset = default_opset(model)
-        self.consts: dict[str, _Const] = {}
+        self.consts: dict[str, Const] = {}
         self.const_alias: dict[str, str] = {}    # Identity of a constant → the constant
         self.types: dict[str, TensorType] = {}
         self.value: dict[str, str] = {}         # ONNX name → SSA value
@@ -208,6 +198,14 @@ class _Importer:
             k += 1
         return wname
 
+    def new_weight(self, hint: str, value: np.ndarray, source: str, node: Any) -> str:
+        """A weight the model has under no name (a transposed or zero constant): its SSA value."""
+        wname = self.weight_name(hint)
+        dtype = _dtype(_np_elem(value, source, self, node), f"constant '{source}'")
+        ssa = self.b.weight(value.shape, wname, dtype, value_name=self.reserve(wname))
+        self.weights[wname] = value
+        return ssa
+
     # ------------------------------------------------------------------ emitting
     def before(self, ssa: str) -> None:
         """Weight declarations the exporter recorded in front of the node defining `ssa`."""
@@ -232,7 +230,7 @@ class _Importer:
         self.defined: set[str] = set()
         for t in g.initializer:
             try:
-                self.consts[t.name] = _Const(numpy_helper.to_array(t), False)
+                self.consts[t.name] = Const(numpy_helper.to_array(t), False)
             except Exception as e:      # noqa: BLE001 - onnx raises assorted types on bad tensors
                 raise self.err(f"cannot read initializer '{t.name}': {e}") from None
         self.read_metadata()
@@ -247,7 +245,7 @@ class _Importer:
                 continue                 # old format: an initializer listed as an input
             if inp.name in self.meta_names:   # exported with weights_as_inputs
                 wname, ssa = self.meta_names[inp.name]
-                self.consts[inp.name] = _Const(np.zeros(0), False)
+                self.consts[inp.name] = Const(np.zeros(0), False)
                 self.meta_weight_inputs[inp.name] = (wname, ssa, self.type_of(inp.name))
                 continue
             ty = self.type_of(inp.name)
@@ -370,10 +368,10 @@ class _Importer:
             self.index_nodes(self.model.graph)
             for t in self.model.graph.initializer:
                 if t.name not in self.consts:
-                    self.consts[t.name] = _Const(numpy_helper.to_array(t), False)
+                    self.consts[t.name] = Const(numpy_helper.to_array(t), False)
             self.inlined = res.inlined
         for name, v in res.values.items():
-            self.consts[name] = _Const(v, True)
+            self.consts[name] = Const(v, True)
             self.folded.add(name)
         self.symbolic_values = res.symbolic
         self.concrete = res.concrete
@@ -443,7 +441,7 @@ class _Importer:
                 try:
                     mapper(self, i, node)
                     return
-                except (_NoMap, ShapeError):
+                except (NoMap, ShapeError):
                     self.b.rollback(mark)
                     self.defined, self.weight_ssa, self.weights, self.skip = saved
                 except TirError as e:
@@ -474,7 +472,7 @@ class _Importer:
                 raise ValueError(f"a Constant with '{a.name}' is not supported")
         except Exception as e:   # noqa: BLE001
             raise self.err(f"cannot read the constant: {e}", node) from None
-        self.consts[node.output[0]] = _Const(arr, True, node.doc_string)
+        self.consts[node.output[0]] = Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
         node, opset = self.drop_empty_inputs(node)
@@ -633,7 +631,7 @@ class _Importer:
             return (k, nodes[k]) if nodes[k].domain in std else None
 
         def axes_of(n: Any) -> tuple[int, ...] | None:
-            at = _attrs(n)
+            at = attrs_of(n)
             if at.get("keepdims", 1) != 1:
                 return None
             ax = at.get("axes")
@@ -727,7 +725,7 @@ class _Importer:
                 continue
             self.skip.update((mi, si, sq[0], vi, ai, qi, di, gi))
             self.layernorm_at[bi] = (x, gamma, beta, -len(norm),
-                                     _short(np.float32(eps)))
+                                     short(np.float32(eps)))
 
     # fused activations written by the exporter: Conv/MatMul/Pool → "r#act" → Relu → "r"
     def fused_act(self, node: Any) -> tuple[str, str | None]:
@@ -775,485 +773,19 @@ def _sanitize(name: str) -> str:
 
 
 # ----------------------------------------------------------------------------------- mappers
-
-def _attrs(node: Any) -> dict[str, Any]:
-    from onnx import helper
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
-def _need(cond: bool) -> None:
-    if not cond:
-        raise _NoMap
-
-
-def _known(attrs: dict, allowed: set[str]) -> None:
-    _need(set(attrs) <= allowed)
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _to(imp: _Importer, v: str, ty: TensorType, shape: tuple[int, ...]) -> str:
-    """`v` broadcast to `shape` (nothing when it already has it)."""
-    if ty.shape == shape:
-        return v
-    return imp.emit("broadcast", [v], shape=shape)
-
-
-def _binary(op: str) -> Callable:
-    def mapper(imp: _Importer, i: int, node: Any) -> None:
-        _need(len(node.input) == 2 and not node.attribute)
-        if op == "ewmul" and i in imp.gelu_at:
-            imp.emit("gelu", [imp.val(imp.gelu_at[i], node)], node.output[0])
-            return
-        a, b = node.input
-        out = imp.type_of(node.output[0], node)
-        ta, tb = imp.type_of(a, node), imp.type_of(b, node)
-        if op == "ewmul" and out.dtype in ("f16", "f32", "f64"):
-            for x, s, tx in ((a, b, ta), (b, a, tb)):
-                c = imp.consts.get(s)
-                if (c is not None and c.value.size == 1 and tx.shape == out.shape
-                        and (c.from_constant_node or c.value.shape != out.shape)
-                        and s not in imp.weight_ssa):
-                    imp.emit("scale", [imp.val(x, node)], node.output[0],
-                             value=_exact_float(c))
-                    return
-        va, vb = imp.val(a, node), imp.val(b, node)
-        imp.emit(op, [_to(imp, va, ta, out.shape), _to(imp, vb, tb, out.shape)], node.output[0])
-    return mapper
-
-
-def _exact_float(c: _Const) -> float:
-    """The float a scalar constant stands for: the exporter's exact repr in doc_string when it
-    agrees with the tensor, else the shortest decimal that gives the tensor's value."""
-    v = c.value.reshape(-1)[0]
-    try:
-        exact = float(c.doc)
-        if np.asarray(exact, c.value.dtype) == v:
-            return exact
-    except ValueError:
-        pass
-    return _short(v)
-
-
-def _short(v: Any) -> float:
-    """float32 attributes read back as the shortest decimal (1e-05, not 9.99999974e-06)."""
-    v = np.asarray(v)[()]
-    if isinstance(v, (np.float32, np.float16)) and np.isfinite(v):
-        return float(str(v))         # NumPy prints the shortest decimal that reads back as v
-    return float(v)
-
-
-def _unary(op: str) -> Callable:
-    def mapper(imp: _Importer, i: int, node: Any) -> None:
-        _need(len(node.input) == 1 and not node.attribute)
-        imp.emit(op, [imp.val(node.input[0], node)], node.output[0])
-    return mapper
-
-
-def _matmul(imp: _Importer, i: int, node: Any) -> None:
-    _need(len(node.input) == 2 and not node.attribute)
-    a, b = node.input
-    ta, tb = imp.type_of(a, node), imp.type_of(b, node)
-    out = imp.type_of(node.output[0], node)
-    act, final = imp.fused_act(node)
-    va, vb = imp.val(a, node), imp.val(b, node)
-    if ta.rank >= 2 and tb.rank >= 2 and ta.shape[:-2] == tb.shape[:-2]:
-        imp.emit("matmul", [va, vb], final or node.output[0], act=act)
-        return
-    _need(act == "none")
-    sa, sb = ta.shape, tb.shape
-    if ta.rank == 1:
-        sa = (1,) + sa
-        va = imp.emit("reshape", [va], shape=sa)
-    if tb.rank == 1:
-        sb = sb + (1,)
-        vb = imp.emit("reshape", [vb], shape=sb)
-    batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
-    va = _to(imp, va, TensorType(sa), batch + sa[-2:])
-    vb = _to(imp, vb, TensorType(sb), batch + sb[-2:])
-    full = batch + (sa[-2], sb[-1])
-    if full == out.shape:
-        imp.emit("matmul", [va, vb], node.output[0])
-    else:
-        y = imp.emit("matmul", [va, vb])
-        imp.emit("reshape", [y], node.output[0], shape=out.shape)
-
-
-def _gemm(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"alpha", "beta", "transA", "transB"})
-    _need(len(node.input) in (2, 3))
-    a = imp.val(node.input[0], node)
-    bname = node.input[1]
-    c = imp.consts.get(bname)
-    if at.get("transB", 0) and c is not None and bname not in imp.defined \
-            and bname not in imp.meta_weight_inputs and c.value.ndim == 2:
-        # torch's Linear as Gemm(transB=1): the weight transposed once, so the rules see
-        # matmul(x, W) as in the .tir models (the ONNX initializer itself maps to no IR value)
-        wt = np.ascontiguousarray(c.value.T)
-        wname = imp.weight_name(bname + "_T")
-        dtype = _dtype(_np_elem(wt, bname, imp, node), f"constant '{bname}'")
-        b = imp.b.weight(wt.shape, wname, dtype, value_name=imp.reserve(wname))
-        imp.weights[wname] = wt
-        at = {**at, "transB": 0}
-    else:
-        b = imp.val(bname, node)
-    if at.get("transA", 0):
-        a = imp.emit("transpose", [a], perm=(1, 0))
-    if at.get("transB", 0):
-        b = imp.emit("transpose", [b], perm=(1, 0))
-    out = imp.type_of(node.output[0], node)
-    alpha, beta = _short(np.float32(at.get("alpha", 1.0))), _short(np.float32(at.get("beta", 1.0)))
-    has_c = len(node.input) == 3 and node.input[2] and beta != 0.0
-    last = not has_c
-    y = imp.emit("matmul", [a, b], node.output[0] if last and alpha == 1.0 else None)
-    if alpha != 1.0:
-        y = imp.emit("scale", [y], node.output[0] if last else None, value=alpha)
-    if has_c:
-        c = imp.val(node.input[2], node)
-        c = _to(imp, c, imp.type_of(node.input[2], node), out.shape)
-        if beta != 1.0:
-            c = imp.emit("scale", [c], value=beta)
-        imp.emit("ewadd", [y, c], node.output[0])
-
-
-def _padding(imp: _Importer, node: Any, at: dict, hw: tuple[int, int], kernel: tuple[int, int],
-             stride: tuple[int, int]) -> Any:
-    auto = _s(at.get("auto_pad", "NOTSET"))
-    if auto == "SAME_UPPER":
-        return "same"
-    if auto == "VALID":
-        return "valid"
-    if auto == "SAME_LOWER":
-        (t, b_), (l, r) = [window_pads(hw[k], kernel[k], stride[k], "same") for k in (0, 1)]
-        return (b_, r, t, l)               # the odd pixel goes before
-    _need(auto == "NOTSET")
-    pads = tuple(at.get("pads", (0, 0, 0, 0)))
-    _need(len(pads) == 4 and all(p >= 0 for p in pads))
-    # canonical forms, so that rules written for pad = "same" (the default) / "valid" match
-    # exporter output: explicit pads equal to SAME at this input size are "same" (a 1x1 conv's
-    # zero pads too), other zero pads "valid"
-    (t, b_), (l, r) = [window_pads(hw[k], kernel[k], stride[k], "same") for k in (0, 1)]
-    if pads == (t, l, b_, r) and all(stride[k] == 1 or imp.fixed_dim(node.input[0], 2 + k)
-                                     for k in (0, 1)):
-        return "same"       # strided SAME depends on the size: only where the size is fixed
-    if not any(pads):
-        return "valid"
-    return pads
-
-
-def _window_common(imp: _Importer, node: Any, at: dict, kernel: tuple[int, int]) -> tuple:
-    x = imp.type_of(node.input[0], node)
-    _need(x.rank == 4 and len(kernel) == 2)
-    _need(all(d == 1 for d in at.get("dilations", (1, 1))))
-    stride = tuple(at.get("strides", (1, 1)))
-    _need(len(stride) == 2)
-    return x, stride, _padding(imp, node, at, x.shape[2:], kernel, stride)
-
-
-def _conv(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
-    _need(len(node.input) in (2, 3))
-    w = imp.type_of(node.input[1], node)
-    _need(w.rank == 4)
-    kernel = tuple(w.shape[2:])
-    _need(tuple(at.get("kernel_shape", kernel)) == kernel)
-    x, stride, pad = _window_common(imp, node, at, kernel)
-    _need(x.shape[1] // w.shape[1] == at.get("group", 1) and x.shape[1] % w.shape[1] == 0)
-    ins = [imp.val(node.input[0], node), imp.val(node.input[1], node)]
-    if len(node.input) == 3 and node.input[2]:     # B [M], constant or not: conv2d's bias
-        _need(imp.type_of(node.input[2], node).shape == (w.shape[0],))
-        ins.append(imp.val(node.input[2], node))
-    act, final = imp.fused_act(node)
-    imp.emit("conv2d", ins, final or node.output[0], stride=stride, pad=pad, act=act)
-
-
-def _pool(kind: str) -> Callable:
-    def mapper(imp: _Importer, i: int, node: Any) -> None:
-        at = _attrs(node)
-        _known(at, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
-                    "pads", "strides", "storage_order"})
-        _need(node.output[0] and all(imp.unused(o) for o in node.output[1:]))
-        _need(not at.get("ceil_mode", 0) and not at.get("storage_order", 0))
-        kernel = tuple(at["kernel_shape"])
-        x, stride, pad = _window_common(imp, node, at, kernel)
-        if kind == "poolavg" and not at.get("count_include_pad", 0):
-            # padding left out of the divisor: exact only where there is no padding at all
-            hw = x.shape[2:]
-            if isinstance(pad, str):
-                _need(all(window_pads(hw[k], kernel[k], stride[k], pad) == (0, 0)
-                          for k in (0, 1)))
-            else:
-                _need(not any(pad))
-        act, final = imp.fused_act(node)
-        imp.emit(kind, [imp.val(node.input[0], node)], final or node.output[0], kernel=kernel,
-                 stride=stride, pad=pad, act=act)
-    return mapper
-
-
-def _global_pool(kind: str) -> Callable:
-    def mapper(imp: _Importer, i: int, node: Any) -> None:
-        _need(not node.attribute)
-        x = imp.type_of(node.input[0], node)
-        _need(x.rank == 4)
-        imp.emit(kind, [imp.val(node.input[0], node)], node.output[0], kernel=x.shape[2:],
-                 pad="valid")
-    return mapper
-
-
-def _concat(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"axis"})
-    _need(all(node.input))
-    imp.emit("concat", [imp.val(v, node) for v in node.input], node.output[0], axis=at["axis"])
-
-
-def _split(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"axis", "split", "num_outputs"})
-    _need(all(node.output))
-    if len(node.input) > 1 and node.input[1]:
-        _need(imp.const(node.input[1]) is not None)    # sizes must be static
-    axis = at.get("axis", 0)
-    x = imp.type_of(node.input[0], node)
-    sizes = tuple(imp.type_of(o, node).shape[axis % x.rank] for o in node.output)
-    names = [imp.ssa_for(o) for o in node.output]
-    imp.before(names[0])
-    imp.b.op("split", imp.val(node.input[0], node), names=names, axis=axis, sizes=sizes)
-    imp.defined.update(node.output)
-
-
-def _reshape_like(static_inputs: int, allowed: set[str]) -> Callable:
-    """Reshape/Flatten/Squeeze/Unsqueeze with static parameters: a reshape to the inferred shape."""
-    def mapper(imp: _Importer, i: int, node: Any) -> None:
-        _known(_attrs(node), allowed)
-        for v in node.input[1:1 + static_inputs]:
-            _need(not v or imp.const(v) is not None)
-        _need(len(node.input) <= 1 + static_inputs)
-        out = imp.type_of(node.output[0], node)
-        imp.emit("reshape", [imp.val(node.input[0], node)], node.output[0], shape=out.shape)
-    return mapper
-
-
-def _transpose(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"perm"})
-    x = imp.type_of(node.input[0], node)
-    perm = tuple(at.get("perm", range(x.rank - 1, -1, -1)))
-    imp.emit("transpose", [imp.val(node.input[0], node)], node.output[0], perm=perm)
-
-
-def _batchnorm(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"epsilon", "momentum", "training_mode", "spatial", "is_test", "consumed_inputs"})
-    _need(not at.get("training_mode", 0) and at.get("spatial", 1) == 1)
-    _need(imp.opset >= 7 or at.get("is_test", 0) == 1)
-    _need(len(node.input) == 5 and all(node.input))
-    _need(all(imp.unused(o) for o in node.output[1:]))     # e.g. a Dropout mask nobody reads
-    imp.emit("batchnorm", [imp.val(v, node) for v in node.input], node.output[0],
-             eps=_short(np.float32(at.get("epsilon", 1e-5))))
-
-
-def _softmax(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"axis"})
-    x = imp.type_of(node.input[0], node)
-    if imp.opset < 13:     # older Softmax flattens from `axis` on: the same only on the last axis
-        axis = at.get("axis", 1)
-        _need(axis % max(x.rank, 1) == x.rank - 1)
-        imp.emit("softmax", [imp.val(node.input[0], node)], node.output[0], axis=-1)
-        return
-    imp.emit("softmax", [imp.val(node.input[0], node)], node.output[0], axis=at.get("axis", -1))
-
-
-def _layernorm(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"axis", "epsilon", "stash_type"})
-    _need(at.get("stash_type", 1) == 1 and all(imp.unused(o) for o in node.output[1:]))
-    _need(len(node.input) >= 2 and node.input[1])
-    x = imp.type_of(node.input[0], node)
-    axis = at.get("axis", -1)
-    norm = x.shape[axis % x.rank:]
-    g = imp.val(node.input[1], node)
-    g = _to(imp, g, imp.type_of(node.input[1], node), norm)
-    if len(node.input) > 2 and node.input[2]:
-        b = _to(imp, imp.val(node.input[2], node), imp.type_of(node.input[2], node), norm)
-    else:            # no bias: a zero weight (the value travels with the other weights)
-        name = imp.weight_name(node.output[0] + "_zero_bias")
-        b = imp.b.weight(norm, name, x.dtype, value_name=imp.reserve(name))
-        imp.weights[name] = np.zeros(norm, NP_DTYPES[x.dtype])
-    imp.emit("layernorm", [imp.val(node.input[0], node), g, b], node.output[0], axis=axis,
-             eps=_short(np.float32(at.get("epsilon", 1e-5))))
-
-
-def _gelu(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"approximate"})
-    _need(_s(at.get("approximate", "none")) == "none")
-    imp.emit("gelu", [imp.val(node.input[0], node)], node.output[0])
-
-
-def _dropout(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"ratio", "seed", "is_test"})
-    _need(all(imp.unused(o) for o in node.output[1:]))     # e.g. a Dropout mask nobody reads
-    ratio = at.get("ratio", 0.5)
-    if imp.opset >= 12:
-        if len(node.input) > 2 and node.input[2]:
-            t = imp.const(node.input[2])
-            _need(t is not None and not bool(t.reshape(-1)[0]))
-        if len(node.input) > 1 and node.input[1]:
-            r = imp.consts.get(node.input[1])
-            _need(r is not None and r.value.size == 1)
-            ratio = r.value.reshape(-1)[0]
-    else:
-        _need(imp.opset >= 7)
-    imp.emit("dropout", [imp.val(node.input[0], node)], node.output[0], ratio=_short(ratio))
-
-
-def _reduce_mean(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"axes", "keepdims", "noop_with_empty_axes"})
-    x = imp.type_of(node.input[0], node)
-    axes = at.get("axes")
-    if len(node.input) > 1 and node.input[1]:
-        c = imp.const(node.input[1])
-        _need(c is not None)
-        axes = [int(v) for v in c.reshape(-1)]
-    if not axes:
-        _need(not at.get("noop_with_empty_axes", 0))
-        axes = list(range(x.rank))
-    imp.emit("reduce_mean", [imp.val(node.input[0], node)], node.output[0], axes=tuple(axes),
-             keepdims=bool(at.get("keepdims", 1)))
-
-
-def _slice(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    x = imp.type_of(node.input[0], node)
-    if imp.opset < 10:
-        _known(at, {"starts", "ends", "axes"})
-        starts, ends = list(at["starts"]), list(at["ends"])
-        axes = list(at.get("axes", range(len(starts))))
-    else:
-        _need(not at)
-        vals = []
-        for k in range(1, 5):
-            v = node.input[k] if len(node.input) > k and node.input[k] else None
-            c = imp.const(v) if v else None
-            _need(v is None or c is not None)
-            vals.append(None if c is None else [int(t) for t in c.reshape(-1)])
-        starts, ends, axes, steps = vals
-        axes = axes if axes is not None else list(range(len(starts)))
-        _need(steps is None or all(s == 1 for s in steps))
-    out_s, out_e, out_a = [], [], []
-    for ax, s, e in zip(axes, starts, ends):
-        dim = x.shape[ax % x.rank]
-        s = min(max(s + dim if s < 0 else s, 0), dim)
-        e = min(max(e + dim if e < 0 else e, 0), dim)
-        _need(s < e)
-        out_a.append(ax)
-        out_s.append(s)
-        out_e.append(e)
-    imp.emit("slice", [imp.val(node.input[0], node)], node.output[0], axes=tuple(out_a),
-             starts=tuple(out_s), ends=tuple(out_e))
-
-
-def _pad(imp: _Importer, i: int, node: Any) -> None:
-    at = _attrs(node)
-    _known(at, {"mode", "pads", "value"})
-    _need(_s(at.get("mode", "constant")) == "constant")
-    x = imp.type_of(node.input[0], node)
-    value = at.get("value", 0.0)
-    doc = ""
-    if imp.opset >= 11:
-        p = imp.const(node.input[1]) if len(node.input) > 1 else None
-        _need(p is not None)
-        pads = [int(v) for v in p.reshape(-1)]
-        if len(node.input) > 2 and node.input[2]:
-            c = imp.consts.get(node.input[2])
-            _need(c is not None and c.value.size == 1)
-            value, doc = c.value.reshape(-1)[0], c.doc
-        if len(node.input) > 3 and node.input[3]:
-            a = imp.const(node.input[3])
-            _need(a is not None)
-            axes = [int(v) % x.rank for v in a.reshape(-1)]
-            full = [0] * (2 * x.rank)
-            for k, ax in enumerate(axes):
-                full[ax], full[ax + x.rank] = pads[k], pads[k + len(axes)]
-            pads = full
-    else:
-        pads = list(at.get("pads", ()))
-    _need(len(pads) == 2 * x.rank and all(p >= 0 for p in pads))
-    v = _exact_float(_Const(np.asarray(value), False, doc)) if np.ndim(value) == 0 else 0.0
-    imp.emit("pad", [imp.val(node.input[0], node)], node.output[0], pads=tuple(pads), value=v)
-
-
-def _expand(imp: _Importer, i: int, node: Any) -> None:
-    _need(not node.attribute and len(node.input) == 2 and imp.const(node.input[1]) is not None)
-    out = imp.type_of(node.output[0], node)
-    imp.emit("broadcast", [imp.val(node.input[0], node)], node.output[0], shape=out.shape)
-
+# Each ONNX op type maps through its operator family's mapper (ir/ops/, ONNX_IMPORT); Cast to the
+# type a value already has is that value.
 
 def _cast(imp: _Importer, i: int, node: Any) -> None:
     """A Cast to the element type the value already has is the value itself."""
-    at = _attrs(node)
-    _known(at, {"to", "saturate"})
+    at = attrs_of(node)
+    known(at, {"to", "saturate"})
     x = imp.type_of(node.input[0], node)
-    _need(ONNX_TO_DTYPE.get(at["to"]) == x.dtype)
+    need(ONNX_TO_DTYPE.get(at["to"]) == x.dtype)
     imp.alias(node.output[0], imp.val(node.input[0], node))
 
 
-def _sum(imp: _Importer, i: int, node: Any) -> None:
-    """Sum of N operands (ONNX broadcasting): a chain of ewadd, left to right."""
-    _need(not node.attribute and node.input and all(node.input))
-    out = imp.type_of(node.output[0], node)
-    if len(node.input) == 1:
-        _need(imp.type_of(node.input[0], node).shape == out.shape)
-        imp.alias(node.output[0], imp.val(node.input[0], node))
-        return
-    vals = [_to(imp, imp.val(v, node), imp.type_of(v, node), out.shape) for v in node.input]
-    acc = vals[0]
-    for k, v in enumerate(vals[1:], 2):
-        acc = imp.emit("ewadd", [acc, v], node.output[0] if k == len(vals) else None)
-
-
-def _div(imp: _Importer, i: int, node: Any) -> None:
-    """x / c for a scalar constant c that is a power of two: x * (1/c) exactly (attention's
-    division by sqrt(head size) = 8); other divisions stay opaque."""
-    _need(len(node.input) == 2 and not node.attribute)
-    x, d = node.input
-    c = imp.consts.get(d)
-    out = imp.type_of(node.output[0], node)
-    _need(c is not None and c.value.size == 1 and out.dtype in ("f16", "f32", "f64")
-          and d not in imp.defined and imp.type_of(x, node).shape == out.shape)
-    v = float(c.value.reshape(-1)[0])
-    _need(v != 0 and np.isfinite(v))
-    m, _ = math.frexp(abs(v))
-    _need(m == 0.5)                  # a power of two: the reciprocal is exact
-    imp.emit("scale", [imp.val(x, node)], node.output[0], value=1.0 / v)
-
-
-def _activation(op: str) -> Callable:
-    return _unary(op)
-
-
-_MAPPERS: dict[str, Callable[[_Importer, int, Any], None]] = {
-    "Add": _binary("ewadd"), "Mul": _binary("ewmul"),
-    "Relu": _activation("relu"), "Sigmoid": _activation("sigmoid"), "Tanh": _activation("tanh"),
-    "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
-    "MaxPool": _pool("poolmax"), "AveragePool": _pool("poolavg"),
-    "GlobalAveragePool": _global_pool("poolavg"), "GlobalMaxPool": _global_pool("poolmax"),
-    "Concat": _concat, "Split": _split,
-    "Reshape": _reshape_like(1, {"allowzero"}), "Flatten": _reshape_like(0, {"axis"}),
-    "Squeeze": _reshape_like(1, {"axes"}), "Unsqueeze": _reshape_like(1, {"axes"}),
-    "Transpose": _transpose, "BatchNormalization": _batchnorm, "Softmax": _softmax,
-    "LayerNormalization": _layernorm, "Gelu": _gelu, "Dropout": _dropout,
-    "ReduceMean": _reduce_mean, "Slice": _slice, "Pad": _pad, "Expand": _expand,
-    "Cast": _cast, "Sum": _sum, "Div": _div,
-}
+_MAPPERS: dict[str, Callable[[_Importer, int, Any], None]] = {**ONNX_IMPORT, "Cast": _cast}
 MAPPED_OPS: frozenset[str] = frozenset(_MAPPERS) | {"Constant", "Identity"}
 
 

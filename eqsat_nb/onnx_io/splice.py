@@ -246,7 +246,7 @@ class _Splicer:
             self.pending.discard(v)
             name, shape = self.compact[v]
             if shape != w.types[v].shape:
-                w.add("Expand", [name, w.ints(self.fresh("shape"), w.types[v].shape)],
+                w.add("Expand", [name, w.named_ints(self.fresh("shape"), w.types[v].shape)],
                       [w.name[v]])
             else:
                 w.add("Identity", [name], [w.name[v]])
@@ -301,7 +301,7 @@ class _Splicer:
             vector = self.full(rs.inputs[0])         # the bias vector the model had
         else:
             vector = self.fresh("bias")
-            w.add("Reshape", [name, w.ints(self.fresh("shape"), [channels])], [vector])
+            w.add("Reshape", [name, w.named_ints(self.fresh("shape"), [channels])], [vector])
         x, k = c.inputs
         xt, kt = w.types[x], w.types[k]
         w.add("Conv", [self.full(x), self.full(k), vector], [w.name[node.results[0]]],
