@@ -21,7 +21,6 @@ decompositions are one op, unused optional outputs (Dropout masks) are dropped.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,8 @@ from ..ir.builder import GraphBuilder
 from ..ir.graph import Graph, TensorType
 from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node, implicit_inputs
 from ..ir.ops import ONNX_IMPORT
-from ..ir.ops.onnx_map import Const, NoMap, attrs_of, known, need, short
+from ..ir.ops.onnx_map import Const, NoMap, attrs_of, known, need
+from ..rules.graph_rewrite import raise_idioms
 from .exporter import WEIGHTS_KEY
 from .names import unique
 
@@ -252,15 +252,13 @@ class _Importer:
             ssa = self.ssa_for(inp.name)
             self.b.input(ty.shape, ty.dtype, name=ssa)
             self.defined.add(inp.name)
-        for node in g.node:      # constants first: patterns (find_gelu) read their values
+        for node in g.node:      # constants first: mappers read values defined further on
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.constant(node)
             elif node.op_type == "Identity" and node.domain in ("", "ai.onnx") and \
                     node.input[0] in self.consts:     # torch's deduplicated initializers
                 self.consts[node.output[0]] = self.consts[node.input[0]]
                 self.const_alias[node.output[0]] = node.input[0]
-        self.find_gelu()
-        self.find_layernorm()
         for i, node in enumerate(g.node):
             if i in self.skip:
                 continue
@@ -276,7 +274,7 @@ class _Importer:
                 raise self.err(f"graph output '{o.name}' is never computed")
         if not outs:
             raise self.err("the graph has no outputs")
-        return self.b.build(*outs), self.weights
+        return raise_idioms(self.b.build(*outs)), self.weights
 
     meta_weight_inputs: dict[str, tuple[str, str, TensorType]]
 
@@ -424,11 +422,6 @@ class _Importer:
                     return
                 self.alias(node.output[0], self.val(src, node))
                 return
-            if i in self.layernorm_at:
-                x, gm, bt, axis, eps = self.layernorm_at[i]
-                imp_vals = [self.val(v, node) for v in (x, gm, bt)]
-                self.emit("layernorm", imp_vals, node.output[0], axis=axis, eps=eps)
-                return
             mapper = _MAPPERS.get(op)
             first = next((o for o in node.output if o), None)
             if first is not None:      # weights declared in front of this node (exporter metadata)
@@ -537,195 +530,6 @@ class _Importer:
     # ------------------------------------------------------------------ patterns
     def single_use(self, v: str) -> bool:
         return len(self.consumers.get(v, ())) == 1 and v not in self.graph_outputs
-
-    def producer_index(self) -> dict[str, int]:
-        return {v: i for i, n in enumerate(self.model.graph.node) for v in n.output if v}
-
-    def find_gelu(self) -> None:
-        """0.5 * x * (1 + erf(x / sqrt 2)) in its usual spellings → one gelu."""
-        nodes = self.model.graph.node
-        prod = self.producer_index()
-        self.gelu_at: dict[int, str] = {}
-
-        def node_of(v: str) -> tuple[int, Any] | None:
-            i = prod.get(v)
-            return None if i is None else (i, nodes[i])
-
-        def scalar(v: str, want: float) -> bool:
-            c = self.const(v)
-            return (c is not None and c.size == 1 and c.dtype.kind == "f"
-                    and abs(float(c.reshape(-1)[0]) - want) <= 1e-6 * abs(want))
-
-        def other(n: Any, v: str) -> str | None:
-            if len(n.input) == 2 and v in n.input:
-                return n.input[1] if n.input[0] == v else n.input[0]
-            return None
-
-        for ei, e in enumerate(nodes):
-            if e.op_type != "Erf" or e.domain not in ("", "ai.onnx"):
-                continue
-            d = node_of(e.input[0])
-            if d is None or not self.single_use(e.input[0]):
-                continue
-            di, dn = d
-            if dn.op_type == "Div" and scalar(dn.input[1], math.sqrt(2.0)):
-                x = dn.input[0]
-            elif dn.op_type == "Mul" and (scalar(dn.input[1], 1 / math.sqrt(2.0))
-                                          or scalar(dn.input[0], 1 / math.sqrt(2.0))):
-                x = dn.input[0] if scalar(dn.input[1], 1 / math.sqrt(2.0)) else dn.input[1]
-            else:
-                continue
-            uses = self.consumers.get(e.output[0], [])
-            if len(uses) != 1 or not self.single_use(e.output[0]):
-                continue
-            ai, an = uses[0], nodes[uses[0]]
-            one = other(an, e.output[0])
-            if an.op_type != "Add" or one is None or not scalar(one, 1.0):
-                continue
-            a = an.output[0]
-            if not self.single_use(a):
-                continue
-            mi = self.consumers[a][0]
-            mn = nodes[mi]
-            if mn.op_type != "Mul":
-                continue
-            m_other = other(mn, a)
-            inner: list[int] = [di, ei, ai, mi]
-            last = None
-            if m_other == x and self.single_use(mn.output[0]):        # (x * a) * 0.5
-                li = self.consumers[mn.output[0]][0]
-                ln = nodes[li]
-                if ln.op_type == "Mul" and scalar(other(ln, mn.output[0]) or "", 0.5):
-                    last = li
-            elif m_other is not None and scalar(m_other, 0.5) and self.single_use(mn.output[0]):
-                li = self.consumers[mn.output[0]][0]                  # x * (a * 0.5)
-                ln = nodes[li]
-                if ln.op_type == "Mul" and other(ln, mn.output[0]) == x:
-                    last = li
-            elif m_other is not None and self.single_use(m_other):     # (x * 0.5) * a
-                h = node_of(m_other)
-                if h is not None and h[1].op_type == "Mul" and other(h[1], x) is not None \
-                        and scalar(other(h[1], x), 0.5):
-                    inner.append(h[0])
-                    last = mi
-                    inner.remove(mi)
-            if last is None or any(nodes[k].domain not in ("", "ai.onnx") for k in inner):
-                continue
-            if last != mi:
-                inner.append(mi) if mi not in inner else None
-            self.skip.update(k for k in inner if k != last)
-            self.gelu_at[last] = x
-
-    def find_layernorm(self) -> None:
-        """LayerNorm as torch.onnx writes it below opset 17: m = ReduceMean(x), d = Sub(x, m),
-        v = ReduceMean(Pow(d, 2)) (or Mul(d, d)), y = Div(d, Sqrt(Add(v, eps))), then
-        Mul(y, gamma) and Add(_, beta) with constant gamma/beta → one layernorm."""
-        nodes = self.model.graph.node
-        self.layernorm_at: dict[int, tuple[str, str, str, int, float]] = {}
-        std = ("", "ai.onnx")
-
-        def only_use(v: str) -> tuple[int, Any] | None:
-            if not self.single_use(v):
-                return None
-            k = self.consumers[v][0]
-            return (k, nodes[k]) if nodes[k].domain in std else None
-
-        def axes_of(n: Any) -> tuple[int, ...] | None:
-            at = attrs_of(n)
-            if at.get("keepdims", 1) != 1:
-                return None
-            ax = at.get("axes")
-            if len(n.input) > 1 and n.input[1]:
-                c = self.const(n.input[1])
-                ax = None if c is None else [int(v) for v in c.reshape(-1)]
-            return None if ax is None else tuple(ax)
-
-        def scalar(v: str) -> float | None:
-            c = self.const(v)
-            if c is None or c.size != 1 or c.dtype.kind != "f":
-                return None
-            return float(c.reshape(-1)[0])
-
-        def other(n: Any, v: str) -> str | None:
-            if len(n.input) == 2 and v in n.input and n.input[0] != n.input[1]:
-                return n.input[1] if n.input[0] == v else n.input[0]
-            return None
-
-        for mi, mn in enumerate(nodes):
-            if mn.op_type != "ReduceMean" or mn.domain not in std:
-                continue
-            x = mn.input[0]
-            tx = self.types.get(x)
-            ax = axes_of(mn)
-            if tx is None or ax is None or not ax or tx.dtype not in ("f16", "f32", "f64"):
-                continue
-            r = tx.rank
-            norm = sorted(a % r for a in ax)
-            if norm != list(range(r - len(norm), r)):
-                continue
-            u = only_use(mn.output[0])
-            if u is None or u[1].op_type != "Sub" or list(u[1].input) != [x, mn.output[0]]:
-                continue
-            si, sn = u
-            d = sn.output[0]
-            uses = self.consumers.get(d, [])
-            if d in self.graph_outputs or len(uses) not in (2, 3):
-                continue
-            sq = [k for k in set(uses) if nodes[k].op_type in ("Pow", "Mul")]
-            dv = [k for k in set(uses) if nodes[k].op_type == "Div"]
-            if len(sq) != 1 or len(dv) != 1:
-                continue
-            pn = nodes[sq[0]]
-            if pn.op_type == "Pow" and not (pn.input[0] == d and scalar(pn.input[1]) == 2.0
-                                            and len(uses) == 2):
-                continue
-            if pn.op_type == "Mul" and not (list(pn.input) == [d, d] and len(uses) == 3):
-                continue
-            u = only_use(pn.output[0])
-            if u is None or u[1].op_type != "ReduceMean" or u[1].input[0] != pn.output[0] \
-                    or axes_of(u[1]) is None or sorted(a % r for a in axes_of(u[1])) != norm:
-                continue
-            vi = u[0]
-            u = only_use(nodes[vi].output[0])
-            if u is None or u[1].op_type != "Add":
-                continue
-            ai, an = u
-            eps_name = other(an, nodes[vi].output[0])
-            eps = scalar(eps_name) if eps_name else None
-            if eps is None:
-                continue
-            u = only_use(an.output[0])
-            if u is None or u[1].op_type != "Sqrt":
-                continue
-            qi = u[0]
-            u = only_use(nodes[qi].output[0])
-            if u is None or u[0] != dv[0] or list(u[1].input) != [d, nodes[qi].output[0]]:
-                continue
-            di = dv[0]
-            u = only_use(nodes[di].output[0])
-            if u is None or u[1].op_type != "Mul":
-                continue
-            gi, gn = u
-            gamma = other(gn, nodes[di].output[0])
-            u = only_use(gn.output[0])
-            if gamma is None or u is None or u[1].op_type != "Add":
-                continue
-            bi, bn = u
-            beta = other(bn, gn.output[0])
-            nshape = tx.shape[r - len(norm):]
-            ok = True
-            for c in (gamma, beta):
-                cv = self.const(c) if c else None
-                if cv is None or tuple(cv.shape) != nshape or cv.dtype != np.dtype(
-                        NP_DTYPES[tx.dtype]) or c in self.folded:
-                    ok = False
-            if not ok or any(nodes[k].attribute for k in (si, ai, qi, di, gi, bi)):
-                continue
-            if self.types.get(bn.output[0]) != tx:
-                continue
-            self.skip.update((mi, si, sq[0], vi, ai, qi, di, gi))
-            self.layernorm_at[bi] = (x, gamma, beta, -len(norm),
-                                     short(np.float32(eps)))
 
     # fused activations written by the exporter: Conv/MatMul/Pool → "r#act" → Relu → "r"
     def fused_act(self, node: Any) -> tuple[str, str | None]:

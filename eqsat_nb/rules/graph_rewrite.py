@@ -4,7 +4,8 @@ ONNX import maps nodes one to one, so an idiom an exporter spells out (GELU as D
 Mul, LayerNorm below opset 17, LlamaRMSNorm, SiLU) arrives as its primitive ops. `raise_idioms`
 applies the rules of rules/idioms.rules to such a graph: wherever a rule's source pattern matches
 and every value inside the match (all but its root) is used only inside it, the matched nodes are
-replaced by the rule's target, which takes the root's result name. So the imported graph holds
+replaced by the rule's target, which takes the root's result name. Roots are tried from the
+graph's end back, so the largest idiom wins (LayerNorm over the RMSNorm of x - mean(x) inside it). So the imported graph holds
 the fused op under the ONNX name of the idiom's last node, the splicing writer gives back the
 model's own nodes for it where the optimizer left it alone, and nothing outside the match
 changes. The same rules take part in the search (they are shipped rules); there they also raise
@@ -140,15 +141,22 @@ class _Rewriter:
         self.fired: Counter[str] = Counter()
 
     def run(self) -> Graph:
+        """Roots from the last node back to the first, so that an idiom is raised whole before
+        any smaller idiom inside it is tried (LayerNorm holds an RMSNorm of x - mean(x)); then
+        again while anything fired (a rule may match a fused op made by another)."""
         if not self.by_root:
             return self.graph
-        for i in range(len(self.slots)):
-            node = self.slots[i][-1] if self.slots[i] else None
-            while node is not None and node.op in self.by_root:
-                new = self.try_rules(i, node)
-                if new is None:
-                    break
-                node = new                     # the fused op may itself be a root
+        fired = True
+        while fired:
+            fired = False
+            for i in reversed(range(len(self.slots))):
+                node = self.slots[i][-1] if self.slots[i] else None
+                while node is not None and node.op in self.by_root:
+                    new = self.try_rules(i, node)
+                    if new is None:
+                        break
+                    fired = True
+                    node = new                 # the fused op may itself be a root
         nodes = tuple(n for slot in self.slots for n in slot)
         if len(nodes) == len(self.graph.nodes) and not self.fired:
             return self.graph

@@ -1,13 +1,13 @@
 """The operator table: every IR operator, defined once, one module per operator family.
 
     leaf.py        input, weight, noop (and the `opaque` record)
-    elementwise.py ewadd, ewmul, scale
-    activation.py  relu, tanh, sigmoid, gelu, dropout
+    elementwise.py ewadd, ewmul, ewsub, ewdiv; scale, shift, divide, power (a scalar attribute)
+    activation.py  relu, tanh, sigmoid, gelu, silu, erf, sqrt, reciprocal, dropout
     matrix.py      matmul
     conv.py        conv2d, enlarge, merge
     pool.py        poolmax, poolavg
     layout.py      transpose, concat, split, reshape, slice, pad, broadcast
-    norm.py        batchnorm, layernorm
+    norm.py        batchnorm, layernorm, rmsnorm
     reduce.py      softmax, reduce_mean
 
 Each module holds, per op, the `OpDef` record (schema.py: attributes, arity, shape function,
