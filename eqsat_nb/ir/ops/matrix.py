@@ -1,8 +1,12 @@
-"""matmul: the (batched) matrix product with a fused activation.
+"""matmul: the (batched) matrix product with a fused activation, as NumPy/ONNX MatMul.
 
-ONNX: MatMul (operands of other ranks or broadcast batch dims made explicit with reshape and
-broadcast), Gemm (transposes, alpha as `scale`, C broadcast and added; torch's Linear, a Gemm with
-transB of a constant weight, becomes matmul with that weight transposed once at import).
+Operands of rank >= 2; batch dims broadcast (aligned from the end, equal or 1) and ranks may
+differ, so `[B,S,H] @ [H,N]` is one matmul on the weight as it is. (Element-wise ops do not
+broadcast: TASO's implicit broadcasting let unsound rewrites through; matmul is the exception.)
+
+ONNX: MatMul (a rank-1 operand made a matrix and the result reshaped back, as ONNX defines it),
+Gemm (transposes, alpha as `scale`, C broadcast and added; torch's Linear, a Gemm with transB of
+a constant weight, becomes matmul with that weight transposed once at import).
 """
 from __future__ import annotations
 
@@ -19,15 +23,21 @@ _ACT = AttrSpec("act", "str", "none", ("none", "relu", "sigmoid", "tanh"))
 
 
 def _matmul(ins: list[TensorType], a: dict) -> list[TensorType]:
+    """NumPy/ONNX MatMul on operands of rank >= 2: batch dims broadcast (aligned from the end,
+    equal or 1), ranks may differ ([B,S,H] @ [H,N] is one matmul on the weight as it is)."""
     x, y = ins
     same_dtype(ins)
-    if x.rank < 2 or x.rank != y.rank:
-        fail(f"operands must have equal rank >= 2, got {shape_text(x)} and {shape_text(y)}")
-    if x.shape[:-2] != y.shape[:-2]:
-        fail(f"batch dimensions differ: {shape_text(x)} vs {shape_text(y)}")
+    if x.rank < 2 or y.rank < 2:
+        fail(f"operands must have rank >= 2, got {shape_text(x)} and {shape_text(y)}")
     if x.shape[-1] != y.shape[-2]:
         fail(f"inner dimensions differ: {shape_text(x)} @ {shape_text(y)}")
-    return [x.with_shape(x.shape[:-1] + (y.shape[-1],))]
+    bx, by = x.shape[:-2], y.shape[:-2]
+    n = max(len(bx), len(by))
+    bx, by = (1,) * (n - len(bx)) + bx, (1,) * (n - len(by)) + by
+    if any(d != e and d != 1 and e != 1 for d, e in zip(bx, by)):
+        fail(f"batch dimensions do not broadcast: {shape_text(x)} @ {shape_text(y)}")
+    batch = tuple(e if d == 1 else d for d, e in zip(bx, by))
+    return [x.with_shape(batch + (x.shape[-2], y.shape[-1]))]
 
 
 def _matmul_flops(ins: list[TensorType], outs: list[TensorType], a: dict) -> int:
@@ -37,32 +47,24 @@ def _matmul_flops(ins: list[TensorType], outs: list[TensorType], a: dict) -> int
 # ----------------------------------------------------------------------------------- ONNX import
 
 def _matmul_in(imp: Any, i: int, node: Any) -> None:
+    """ONNX MatMul is the IR's matmul (NumPy broadcasting of batch dims, a weight as it is); a
+    rank-1 operand is made a matrix and the result reshaped back, as ONNX defines it."""
     need(len(node.input) == 2 and not node.attribute)
     a, b = node.input
     ta, tb = imp.type_of(a, node), imp.type_of(b, node)
     out = imp.type_of(node.output[0], node)
     act, final = imp.fused_act(node)
     va, vb = imp.val(a, node), imp.val(b, node)
-    if ta.rank >= 2 and tb.rank >= 2 and ta.shape[:-2] == tb.shape[:-2]:
+    if ta.rank >= 2 and tb.rank >= 2:
         imp.emit("matmul", [va, vb], final or node.output[0], act=act)
         return
     need(act == "none")
-    sa, sb = ta.shape, tb.shape
     if ta.rank == 1:
-        sa = (1,) + sa
-        va = imp.emit("reshape", [va], shape=sa)
+        va = imp.emit("reshape", [va], shape=(1,) + ta.shape)
     if tb.rank == 1:
-        sb = sb + (1,)
-        vb = imp.emit("reshape", [vb], shape=sb)
-    batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
-    va = broadcast_to(imp, va, TensorType(sa), batch + sa[-2:])
-    vb = broadcast_to(imp, vb, TensorType(sb), batch + sb[-2:])
-    full = batch + (sa[-2], sb[-1])
-    if full == out.shape:
-        imp.emit("matmul", [va, vb], node.output[0])
-    else:
-        y = imp.emit("matmul", [va, vb])
-        imp.emit("reshape", [y], node.output[0], shape=out.shape)
+        vb = imp.emit("reshape", [vb], shape=tb.shape + (1,))
+    y = imp.emit("matmul", [va, vb])
+    imp.emit("reshape", [y], node.output[0], shape=out.shape)
 
 
 def _gemm_in(imp: Any, i: int, node: Any) -> None:
@@ -112,7 +114,8 @@ def _matmul_torch(torch: Any, a: dict, ts: list[TensorType]) -> Any:
 
 OPS = [
     OpDef("matmul", (2, 2), (_ACT,), _matmul, _matmul_flops,
-          "(batched) matrix product with a fused activation; batch dims must be equal",
+          "(batched) matrix product as NumPy/ONNX MatMul (batch dims broadcast, ranks >= 2 may "
+          "differ) with a fused activation",
           eval=lambda a, x, y: ACT[a["act"]](np.matmul(x, y)),
           to_onnx=lambda w, n: w.add("MatMul", n.ins, [n.main]), torch=_matmul_torch,
           cost="matrix", interp_temps=1, interp_gemm=True),

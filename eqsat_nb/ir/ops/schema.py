@@ -9,8 +9,9 @@ definitions themselves live one module per operator family beside this one; `__i
 collects them into the table. ONNX *import* maps ONNX op types, not IR ops (several ONNX ops map
 to one IR op and back), so each family module also lists its `ONNX_IMPORT` mappers.
 
-Shape functions reject invalid inputs with a `ShapeError` that names the operator; there is no
-implicit broadcasting (TASO's let unsound rewrites through): only `broadcast` broadcasts.
+Shape functions reject invalid inputs with a `ShapeError` that names the operator. Element-wise
+ops do not broadcast (TASO's implicit broadcasting let unsound rewrites through): `broadcast`
+does. The one exception is `matmul`, which is ONNX/NumPy MatMul (matrix.py).
 """
 from __future__ import annotations
 
