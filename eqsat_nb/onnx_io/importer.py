@@ -1,29 +1,28 @@
-"""ONNX model → IR Graph plus weight values.
+"""The ONNX import's walk: an onnx.ModelProto → IR Graph plus weight values, node by node.
 
-Types come from `onnx.shape_inference` (with data propagation) after symbolic input dimensions are
-fixed (`input_shapes` by input, `dims` by dim_param, else DEFAULT_DIM: reported in
-`OnnxImport.symbolic`/`defaulted`, never silently). Shape computations are then folded (fold.py):
-a node whose inputs are all constants, or a Shape of a known shape, gives a constant, and an If
-with a constant condition is replaced by its branch. Initializers, Constant nodes and folded
-values are constants: one used as a data operand becomes a `weight` node (placed where the
-exporter's metadata says, else just before its first user); one read as a static parameter (a
-Reshape's shape, a Split's sizes, ...) is only read. Old-format models that list initializers among the graph inputs import: those are
-weights, not inputs.
+Value types come first (input_types.py: symbolic input dims fixed, shape inference, shape
+computations folded by fold.py: a node whose inputs are all constants, or a Shape of a known
+shape, gives a constant, and an If with a constant condition is replaced by its branch).
+Initializers, Constant nodes and folded values are constants: one used as a data operand becomes
+a `weight` node (placed where the exporter's metadata says, else just before its first user); one
+read as a static parameter (a Reshape's shape, a Split's sizes, ...) is only read. Old-format
+models that list initializers among the graph inputs import: those are weights, not inputs.
 
-Each ONNX node maps onto the operator table where the semantics match exactly (broadcasting made
-explicit with `broadcast`/`reshape`); anything else, including a mappable op with an attribute the
-IR cannot express, becomes an `opaque` node carrying the ONNX node verbatim. The exporter's
-conventions (see exporter.py) are read back so that `.tir → .onnx → .tir` is the identity.
-Exporter forms are canonicalized so rules meet them: explicit pads equal to SAME are "same",
-Gemm(transB) of a constant is matmul with the transposed weight, the LayerNorm and GELU
-decompositions are one op, unused optional outputs (Dropout masks) are dropped.
+Each ONNX node maps one to one onto the operator table through its op type's mapper, which lives
+with the operator's family (ir/ops/, `ONNX_IMPORT`) and maps where the semantics match exactly
+(broadcasting made explicit with `broadcast`/`reshape`); anything else, including a mappable op
+with an attribute the IR cannot express, becomes an `opaque` node carrying the ONNX node
+verbatim. Exporter forms are canonicalized so rules meet them (explicit pads equal to SAME are
+"same", Gemm(transB) of a constant is matmul with the transposed weight, unused optional outputs
+such as Dropout masks are dropped), and the idioms exporters spell out (GELU, LayerNorm below
+opset 17, RMSNorm, SiLU) are raised to their fused ops by rules/idioms.rules
+(rules/graph_rewrite.py). The exporter's conventions (exporter.py) are read back, so
+`.tir → .onnx → .tir` is the identity. read.py is the entry point (files, checks, OnnxImport).
 """
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -31,28 +30,17 @@ import numpy as np
 from ..errors import ShapeError, TirError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Graph, TensorType
-from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node, implicit_inputs
+from ..ir.opaque import ONNX_TO_DTYPE, encode_node, implicit_inputs
 from ..ir.ops import ONNX_IMPORT
 from ..ir.ops.onnx_map import Const, NoMap, attrs_of, known, need
 from ..rules.graph_rewrite import raise_idioms
+from .elem_types import TYPE_NAMES, ir_dtype, onnx_elem
 from .exporter import WEIGHTS_KEY
+from .input_types import DEFAULT_DIM, dims_text, infer_types
 from .names import unique
 
-DEFAULT_DIM = 1          # size given to a symbolic dimension (e.g. the batch) not named in `dims`
-_SMALL = 4096            # constants up to this many elements take part in shape inference
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.$]")
-_TYPE_NAMES = {1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
-               7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double", 12: "uint32",
-               13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16"}
 
-
-def _dtype(elem: int, what: str) -> str:
-    try:
-        return ONNX_TO_DTYPE[elem]
-    except KeyError:
-        name = _TYPE_NAMES.get(elem, f"type {elem}")
-        raise TirError(f"{what} has element type {name}, which the IR cannot hold "
-                       f"(it holds float16, float, double, int32, int64, bool)") from None
 
 
 class _Importer:
@@ -136,13 +124,13 @@ class _Importer:
         t = self.types.get(name)
         if t is None and name in self.bad_types:
             raise self.err(f"'{name}' has element type "
-                           f"{_TYPE_NAMES.get(self.bad_types[name], self.bad_types[name])}, which "
+                           f"{TYPE_NAMES.get(self.bad_types[name], self.bad_types[name])}, which "
                            f"the IR cannot hold", node)
         if t is None and name in self.zero_size:
             raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node)
         if t is None:
             hint = ("data-dependent shapes are not supported" if not self.defaulted else
-                    "it may depend on the symbolic input dims " + _dims_text(self.symbolic) +
+                    "it may depend on the symbolic input dims " + dims_text(self.symbolic) +
                     ", which took the size " + str(DEFAULT_DIM) + ": give the input shapes "
                     "(--input-shape NAME=1x3x224x224 / --dim SYMBOL=VALUE)")
             raise self.err(f"the shape of '{name}' is unknown (shape inference could not derive "
@@ -182,7 +170,7 @@ class _Importer:
             ssa = self.reserve(name) if name not in self.value else self.value[name]
         else:
             self.used_names.add(ssa)
-        dtype = _dtype(_np_elem(c.value, name, self, node), f"constant '{name}'")
+        dtype = ir_dtype(onnx_elem(c.value, name, self, node), f"constant '{name}'")
         if c.value.size == 0 or any(d <= 0 for d in c.value.shape):
             raise self.err(f"constant '{name}' has a zero-size dimension {c.value.shape}", node)
         self.b.weight(c.value.shape, wname, dtype, value_name=ssa)
@@ -201,7 +189,7 @@ class _Importer:
     def new_weight(self, hint: str, value: np.ndarray, source: str, node: Any) -> str:
         """A weight the model has under no name (a transposed or zero constant): its SSA value."""
         wname = self.weight_name(hint)
-        dtype = _dtype(_np_elem(value, source, self, node), f"constant '{source}'")
+        dtype = ir_dtype(onnx_elem(value, source, self, node), f"constant '{source}'")
         ssa = self.b.weight(value.shape, wname, dtype, value_name=self.reserve(wname))
         self.weights[wname] = value
         return ssa
@@ -234,7 +222,7 @@ class _Importer:
             except Exception as e:      # noqa: BLE001 - onnx raises assorted types on bad tensors
                 raise self.err(f"cannot read initializer '{t.name}': {e}") from None
         self.read_metadata()
-        self.infer_types()
+        infer_types(self)
         g = self.model.graph             # If nodes with a constant condition may be inlined
         for node in g.node:             # reserve every ONNX value name first: helpers never clash
             for v in node.output:
@@ -295,113 +283,6 @@ class _Importer:
         for init, (_, ssa) in self.meta_names.items():
             self.value[init] = ssa
             self.used_names.add(ssa)
-
-    def input_dims(self) -> tuple[dict[str, tuple[int, ...]], dict[str, set[int]]]:
-        """The shape each graph input is imported with, and the axes that took DEFAULT_DIM
-        because the user named no size for them. A dim that is a dim_param, unnamed, or written
-        as -1 or 0 is symbolic."""
-        g = self.model.graph
-        inits = {t.name for t in g.initializer}
-        names = {i.name for i in g.input}
-        for name in self.input_shapes:
-            if name not in names or name in inits:
-                raise self.err(f"input shape given for '{name}', which is not a graph input "
-                               f"(inputs: {', '.join(sorted(names - inits)) or 'none'})")
-        shapes: dict[str, tuple[int, ...]] = {}
-        free: dict[str, set[int]] = {}
-        for inp in g.input:
-            if inp.name in inits:
-                continue
-            tt = inp.type.tensor_type
-            if not inp.type.HasField("tensor_type") or not tt.HasField("shape"):
-                if inp.name in self.input_shapes:
-                    shapes[inp.name] = tuple(int(d) for d in self.input_shapes[inp.name])
-                    continue
-                raise self.err(f"graph input '{inp.name}' has no tensor shape (give it one: "
-                               f"--input-shape {inp.name}=...)")
-            labels: list[int | str] = []
-            for d in tt.shape.dim:
-                if d.HasField("dim_value") and d.dim_value > 0:
-                    labels.append(int(d.dim_value))
-                else:
-                    labels.append(d.dim_param if d.dim_param else "?")
-            if any(isinstance(x, str) for x in labels):
-                self.symbolic[inp.name] = labels
-            given = self.input_shapes.get(inp.name)
-            if given is not None:
-                given = tuple(int(d) for d in given)
-                if len(given) != len(labels) or any(
-                        isinstance(x, int) and x != y for x, y in zip(labels, given)) or any(
-                        y < 0 for y in given):
-                    raise self.err(f"input shape {_dims_text({inp.name: list(given)})} given for "
-                                   f"'{inp.name}', whose dims are "
-                                   f"{_dims_text({inp.name: labels})}")
-                shapes[inp.name] = given
-                continue
-            dims = []
-            for k, x in enumerate(labels):
-                if isinstance(x, int):
-                    dims.append(x)
-                elif x != "?" and x in self.dims:
-                    dims.append(int(self.dims[x]))
-                else:
-                    dims.append(DEFAULT_DIM)
-                    free.setdefault(inp.name, set()).add(k)
-            shapes[inp.name] = tuple(dims)
-        self.defaulted = {k: sorted(v) for k, v in free.items()}
-        return shapes, free
-
-    def infer_types(self) -> None:
-        from . import fold
-
-        shapes, free = self.input_dims()
-        known = {k: c.value for k, c in self.consts.items() if c.value.size <= fold.FOLD_MAX}
-        try:
-            res = fold.fold_model(self.model, shapes, known, free, _SMALL)
-        except Exception as e:   # noqa: BLE001 - inference errors are of onnx's own types
-            raise self.err(f"shape inference failed: {str(e).strip().splitlines()[0]}") from None
-        if res.model is not self.model:          # If nodes with a constant condition inlined
-            from onnx import numpy_helper
-            self.model = res.model
-            self.index_nodes(self.model.graph)
-            for t in self.model.graph.initializer:
-                if t.name not in self.consts:
-                    self.consts[t.name] = Const(numpy_helper.to_array(t), False)
-            self.inlined = res.inlined
-        for name, v in res.values.items():
-            self.consts[name] = Const(v, True)
-            self.folded.add(name)
-        self.symbolic_values = res.symbolic
-        self.concrete = res.concrete
-        g = self.model.graph
-        ig = res.inferred.graph
-        for vi in list(ig.input) + list(ig.value_info) + list(ig.output):
-            if vi.name in self.types or not vi.type.HasField("tensor_type"):
-                continue
-            tt = vi.type.tensor_type
-            if not tt.HasField("shape") or tt.elem_type == 0:
-                continue
-            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
-            if tt.elem_type not in ONNX_TO_DTYPE:
-                self.bad_types[vi.name] = tt.elem_type
-                continue
-            if 0 in dims:
-                self.zero_size.add(vi.name)
-            if any(d <= 0 for d in dims):
-                continue                 # unknown or zero-size: left unknown
-            self.types[vi.name] = TensorType(tuple(dims), ONNX_TO_DTYPE[tt.elem_type])
-        for t in g.initializer:
-            if t.data_type in ONNX_TO_DTYPE and all(d > 0 for d in t.dims):
-                self.types.setdefault(t.name, TensorType(tuple(t.dims),
-                                                         ONNX_TO_DTYPE[t.data_type]))
-        for name, v in res.values.items():
-            dt = next((k for k, t in NP_DTYPES.items() if v.dtype == np.dtype(t)), None)
-            if dt is None:
-                self.bad_types.setdefault(name, _np_to_onnx(v.dtype))
-            elif v.size == 0:
-                self.zero_size.add(name)
-            elif name not in self.types:
-                self.types[name] = TensorType(tuple(int(d) for d in v.shape), dt)
 
     def node(self, i: int, node: Any) -> None:
         op = node.op_type
@@ -476,7 +357,7 @@ class _Importer:
         for v in outs:
             if v in self.bad_types:
                 raise self.err(f"output '{v}' has element type "
-                               f"{_TYPE_NAMES.get(self.bad_types[v], self.bad_types[v])}, which "
+                               f"{TYPE_NAMES.get(self.bad_types[v], self.bad_types[v])}, which "
                                f"the IR cannot hold", node)
             types.append(self.type_of(v, node))
         domain = node.domain if node.domain != "ai.onnx" else ""
@@ -551,27 +432,6 @@ def default_opset(model: Any) -> int:
     return opsets.get("", opsets.get("ai.onnx", 1))
 
 
-def _np_elem(arr: np.ndarray, name: str, imp: _Importer, node: Any) -> int:
-    for k, v in NP_DTYPES.items():
-        if arr.dtype == np.dtype(v):
-            from ..ir.opaque import DTYPE_TO_ONNX
-            return DTYPE_TO_ONNX[k]
-    raise imp.err(f"constant '{name}' has element type {arr.dtype}, which the IR cannot hold",
-                  node)
-
-
-def _np_to_onnx(dt: Any) -> int:
-    from onnx import helper
-    try:
-        return int(helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
-    except Exception:    # noqa: BLE001
-        return 0
-
-
-def _dims_text(shapes: Mapping[str, list]) -> str:
-    return ", ".join(f"'{k}' [{', '.join(str(d) for d in v)}]" for k, v in shapes.items())
-
-
 def _sanitize(name: str) -> str:
     return _BAD_CHARS.sub("_", name)
 
@@ -591,142 +451,3 @@ def _cast(imp: _Importer, i: int, node: Any) -> None:
 
 _MAPPERS: dict[str, Callable[[_Importer, int, Any], None]] = {**ONNX_IMPORT, "Cast": _cast}
 MAPPED_OPS: frozenset[str] = frozenset(_MAPPERS) | {"Constant", "Identity"}
-
-
-@dataclass
-class OnnxImport:
-    """What an import gives the exporter besides the graph: the model it came from and, for every
-    ONNX value that became an IR value, its SSA name (several ONNX names may share one SSA value,
-    e.g. through Identity). The splicing exporter writes the original nodes back for every value
-    the optimizer left alone.
-
-    `model` is the model as imported: the input itself, except that an `If` whose condition is a
-    constant once the input shapes are fixed is replaced by the nodes of the branch it takes
-    (`inlined` names those If nodes). Nodes whose outputs were folded into constants (shape
-    computations, `folded`) stay in `model`; their outputs map to SSA values only where the IR
-    reads them as data (they became weights).
-
-    Symbolic input dims: `symbolic[input]` lists the dims of every graph input that has any
-    symbolic dim as written in the file (ints, dim_param names, "?" for unnamed/-1/0 dims);
-    `defaulted[input]` the axes that took DEFAULT_DIM because neither `input_shapes` nor `dims`
-    gave a size (empty when the user fixed everything). `dim_dependent` are the folded values
-    that read a defaulted dim (e.g. a Reshape target computed from the batch size): a graph that
-    uses any of them is only valid for that size."""
-
-    graph: Graph
-    weights: dict[str, np.ndarray]
-    model: Any
-    ssa_of: dict[str, str]          # ONNX value name → SSA value of `graph`
-    symbolic: dict[str, list[int | str]] = field(default_factory=dict)
-    defaulted: dict[str, list[int]] = field(default_factory=dict)
-    folded: frozenset[str] = frozenset()
-    dim_dependent: frozenset[str] = frozenset()
-    inlined: tuple[str, ...] = ()
-
-
-def from_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
-              check: bool = True, constants: Mapping[str, np.ndarray] | None = None,
-              input_shapes: Mapping[str, tuple[int, ...]] | None = None
-              ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """Import an in-memory onnx.ModelProto (see `load_onnx`). `constants` freezes graph inputs
-    to known values (e.g. a Reshape's target shape fed as an input), which lets ops whose
-    parameters are inputs map onto the table."""
-    r = import_onnx(model, source, dims, check, constants, input_shapes)
-    return r.graph, r.weights
-
-
-def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
-                check: bool = True, constants: Mapping[str, np.ndarray] | None = None,
-                input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
-    """`from_onnx` with the provenance the splicing exporter needs (see OnnxImport).
-    `input_shapes[input]` fixes a graph input's whole shape; `dims[symbol]` fixes a dim_param
-    wherever it occurs; other symbolic dims take DEFAULT_DIM (reported in `defaulted`)."""
-    import onnx
-    from onnx import numpy_helper
-
-    if constants:
-        frozen = onnx.ModelProto()
-        frozen.CopyFrom(model)
-        names = {i.name for i in frozen.graph.input}
-        for name, value in constants.items():
-            if name not in names:
-                raise TirError(f"constant '{name}' is not a graph input", file=source)
-            frozen.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
-        keep = [i for i in frozen.graph.input if i.name not in constants]
-        del frozen.graph.input[:]
-        frozen.graph.input.extend(keep)
-        model = frozen
-
-    if check:
-        try:
-            onnx.checker.check_model(model)
-        except (onnx.checker.ValidationError, ValueError) as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise TirError(f"not a valid ONNX model: {msg}", file=source) from None
-    imp = _Importer(model, source, dict(dims or {}), input_shapes)
-    try:
-        graph, weights = imp.run()
-    except TirError as e:
-        raise e if e.file else TirError(e.message, file=source) from None
-    # the exported weights_as_inputs form: weights without values (drawn at random when run)
-    for name in imp.meta_weight_inputs:
-        imp.weights.pop(imp.meta_names[name][0], None)
-    present = graph.types()
-    ssa_of = {k: v for k, v in {**imp.value, **imp.weight_ssa}.items() if v in present}
-    return OnnxImport(graph, weights, imp.model, ssa_of, dict(imp.symbolic), dict(imp.defaulted),
-                      frozenset(imp.folded), frozenset(imp.symbolic_values), tuple(imp.inlined))
-
-
-def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
-              input_shapes: Mapping[str, tuple[int, ...]] | None = None
-              ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """Read an ONNX file: the IR graph and the weight values by weight name. Symbolic input
-    dimensions take `input_shapes[input]` / `dims[name]`, else DEFAULT_DIM (1). Any problem is
-    a TirError naming the file (and the node)."""
-    r = read_onnx(path, dims, input_shapes)
-    return r.graph, r.weights
-
-
-def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
-              input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
-    """`load_onnx` with the provenance the splicing exporter needs (see OnnxImport)."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    path = Path(path)
-    try:
-        model = onnx.load(str(path))
-    except FileNotFoundError as e:
-        if path.is_file():      # the model is there: a file its external data names is not
-            raise TirError(f"cannot read the model's external data: {e.strerror or e}"
-                           + (f" ({e.filename})" if e.filename else ""), file=str(path)) from None
-        raise TirError("cannot read file: No such file or directory", file=str(path)) from None
-    except OSError as e:
-        raise TirError(f"cannot read file: {e.strerror or e}", file=str(path)) from None
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise TirError(f"not an ONNX model ({type(e).__name__})", file=str(path)) from None
-    except onnx.checker.ValidationError as e:
-        # onnx refuses the file itself, e.g. external data that points outside the model's folder
-        raise TirError(f"onnx refuses to load this model: {_first_line(e)}",
-                       file=str(path)) from None
-    except MemoryError:
-        raise TirError("not enough memory to load this model", file=str(path)) from None
-    except Exception as e:      # anything else onnx or protobuf raise on a malformed file
-        raise TirError(f"cannot load this ONNX model: {type(e).__name__}: {_first_line(e)}",
-                       file=str(path)) from None
-    if not model.HasField("graph"):
-        raise TirError("not an ONNX model (no graph)", file=str(path))
-    check = True
-    if sum(len(t.raw_data) for t in model.graph.initializer) > 1_500_000_000:
-        check = False       # the in-memory checker cannot serialize a model over 2 GB
-        try:
-            onnx.checker.check_model(str(path))
-        except (onnx.checker.ValidationError, ValueError) as e:
-            raise TirError(f"not a valid ONNX model: {_first_line(e)}", file=str(path)) from None
-    return import_onnx(model, str(path), dims, check=check, input_shapes=input_shapes)
-
-
-def _first_line(e: BaseException) -> str:
-    """The first line of an exception's message (its type name when it has none)."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

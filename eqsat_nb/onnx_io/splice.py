@@ -21,7 +21,8 @@ from ..errors import TirError
 from ..ir.graph import Graph, Node
 from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
 from .exporter import _Writer
-from .importer import OnnxImport, default_opset
+from .importer import default_opset
+from .read import OnnxImport
 from .names import unique
 
 Key = tuple

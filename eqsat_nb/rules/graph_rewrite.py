@@ -4,18 +4,18 @@ ONNX import maps nodes one to one, so an idiom an exporter spells out (GELU as D
 Mul, LayerNorm below opset 17, LlamaRMSNorm, SiLU) arrives as its primitive ops. `raise_idioms`
 applies the rules of rules/idioms.rules to such a graph: wherever a rule's source pattern matches
 and every value inside the match (all but its root) is used only inside it, the matched nodes are
-replaced by the rule's target, which takes the root's result name. Roots are tried from the
-graph's end back, so the largest idiom wins (LayerNorm over the RMSNorm of x - mean(x) inside it). So the imported graph holds
-the fused op under the ONNX name of the idiom's last node, the splicing writer gives back the
-model's own nodes for it where the optimizer left it alone, and nothing outside the match
-changes. The same rules take part in the search (they are shipped rules); there they also raise
-idioms whose inner values have other uses, leaving the choice to extraction.
+replaced by the rule's target, which takes the root's result name. Roots are tried from the graph's
+end back, so the largest idiom wins (LayerNorm over the RMSNorm of x - mean(x) inside it). So the
+imported graph holds the fused op under the ONNX name of the idiom's last node, the splicing writer
+gives back the model's own nodes for it where the optimizer left it alone, and nothing outside the
+match changes. The same rules take part in the search (they are shipped rules); there they also
+raise idioms whose inner values have other uses, leaving the choice to extraction.
 
-Matching follows the e-graph's rules (rules/pattern.py): every attribute is part of the pattern
-(a literal must be equal, a variable binds the value, an expression is a check), a variable used
-twice must be the same value, conditions must hold. One difference, on purpose: the two operands
-of `ewadd` and `ewmul` match in either order (ONNX's Add and Mul commute exactly, and exporters
-write both orders), so a rule file need not spell each order out.
+Matching follows the e-graph's rules (rules/pattern.py): every attribute is part of the pattern (a
+literal must be equal, a variable binds the value, an expression is a check), a variable used twice
+must be the same value, conditions must hold. One difference, on purpose: the two operands of
+`ewadd` and `ewmul` match in either order (ONNX's Add and Mul commute exactly, and exporters write
+both orders), so a rule file need not spell each order out.
 """
 from __future__ import annotations
 

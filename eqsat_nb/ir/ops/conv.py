@@ -124,7 +124,7 @@ def conv2d(x: Array, w: Array, a: dict, b: Array | None = None) -> Array:
     if path == "1x1":
         xs = x[:, :, ::stride[0], ::stride[1]]
         out = np.matmul(w.reshape(g, og, cg), xs.reshape(n, g, cg, ho * wo))
-    elif path == "taps":            # out[n, o] = sum over taps (i, j) of w[o, 0, i, j] * x[n, o // og]
+    elif path == "taps":     # out[n, o] = sum over taps (i, j) of w[o, 0, i, j] * x[n, o // og]
         xp = pad_spatial(x, pads, 0.0)
         xp = xp.reshape(n, g, 1, *xp.shape[2:])
         wt = w.reshape(g, og, kh, kw)
