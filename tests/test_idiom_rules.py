@@ -1,11 +1,12 @@
-"""Idioms as rules (rules/idioms.rules): what exporters spell out arrives one ONNX node to one IR
-node and the rules raise it to the fused op, at import (rules/graph_rewrite.py) and in the search.
+"""Idioms as rules (rules/idioms/idioms.rules): what exporters spell out arrives one ONNX node to
+one IR node and the rules raise it to the fused op, at import (rules/graph_rewrite.py) and in the
+search.
 
 The models are built with onnx.helper node for node as torch.onnx (TorchScript and dynamo) and HF
 write them: GPT-2 (LayerNorm below opset 17, NewGELUActivation's tanh form with Pow 3), Llama
 (LlamaRMSNorm with Pow 2, ReduceMean, Add eps, Sqrt, Div(1, .) or Reciprocal, Mul, Mul weight;
-SwiGLU's SiLU as Sigmoid and Mul), ViT (LayerNorm, GELU's erf form). Each imports to the fused
-ops, agrees with onnxruntime on the original, and splices back to the input unchanged."""
+SwiGLU's SiLU as Sigmoid and Mul), ViT (LayerNorm, GELU's erf form). Each imports to the fused ops,
+agrees with onnxruntime on the original, and splices back to the input unchanged."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,7 +19,7 @@ from eqsat_nb.ir.printer import print_graph
 from eqsat_nb.onnx_io import import_onnx, to_onnx
 from eqsat_nb.onnx_io.compare import compare, inputs_for
 from eqsat_nb.onnx_io.splice import splice
-from eqsat_nb.rules.graph_rewrite import idiom_rules, rewrite_graph
+from eqsat_nb.rules.graph_rewrite import idiom_rules, idioms_for_search, rewrite_graph
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(3)
@@ -274,7 +275,8 @@ func @ln(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   return %z, %d
 }
 """)
-    rules = load_rules()
+    rules = load_rules() + idioms_for_search(g, load_rules())
+    assert {r.name for r in idioms_for_search(g, load_rules())} >= {"layernorm_pow", "silu"}
     res = optimize(g, AnalyticCostModel("a100"), rules,
                    Options(limits=Limits(iter_limit=4, node_limit=5000), extract="greedy"))
     ops = [n.op for n in res.optimized.nodes]
@@ -333,3 +335,20 @@ def test_rewrite_graph_reports_what_fired():
     assert again is g and not fired        # already raised at import: nothing left
     assert {r.name for r in idiom_rules()} >= {"gelu_erf_div", "layernorm_pow", "silu",
                                                "rmsnorm_rsqrt", "gelu_tanh"}
+
+
+def test_idiom_rules_verify_and_join_the_search_only_where_they_can_match():
+    from eqsat_nb.ir.parse import load
+    from eqsat_nb.resources import data_dir
+    from eqsat_nb.rules.parse import load_rules
+    from eqsat_nb.rules.verify import verify_rules
+
+    bad = [v for v in verify_rules(idiom_rules()) if not v.ok]
+    assert not bad, [(v.rule.name, v.problems) for v in bad]
+    assert all(r.file.endswith("idioms/idioms.rules") for r in idiom_rules())
+    # not in the default rule set (.tir searches stay TASO's); for an imported graph only those
+    # whose primitives it holds: none for BERT and ViT, SiLU's for NasRNN's sigmoid gates
+    assert not {r.name for r in idiom_rules()} & {r.name for r in load_rules()}
+    for name, want in (("bert", []), ("vit_base", []), ("nasrnn", ["silu"])):
+        g = load(data_dir("ir_examples") / f"{name}.tir")
+        assert [r.name for r in idioms_for_search(g, load_rules())] == want

@@ -221,6 +221,9 @@ def run_command(args: argparse.Namespace) -> int:
     dims, shapes = shape_options(args)
     graph, weights, imp = load_source(args.model, dims, shapes)
     rules = load_rules(args.rules or None)
+    if imp is not None and not args.rules:    # idioms import left decomposed (rules/idioms/)
+        from ..rules.graph_rewrite import idioms_for_search
+        rules += idioms_for_search(graph, rules)
     dropped: dict[str, str] = {}
     if imp is not None and args.onnx:     # only rewrites the model's opset can express
         from ..onnx_io.importer import default_opset

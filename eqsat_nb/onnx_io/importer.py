@@ -1,23 +1,23 @@
 """The ONNX import's walk: an onnx.ModelProto → IR Graph plus weight values, node by node.
 
 Value types come first (input_types.py: symbolic input dims fixed, shape inference, shape
-computations folded by fold.py: a node whose inputs are all constants, or a Shape of a known
-shape, gives a constant, and an If with a constant condition is replaced by its branch).
-Initializers, Constant nodes and folded values are constants: one used as a data operand becomes
-a `weight` node (placed where the exporter's metadata says, else just before its first user); one
-read as a static parameter (a Reshape's shape, a Split's sizes, ...) is only read. Old-format
-models that list initializers among the graph inputs import: those are weights, not inputs.
+computations folded by fold.py: a node whose inputs are all constants, or a Shape of a known shape,
+gives a constant, and an If with a constant condition is replaced by its branch). Initializers,
+Constant nodes and folded values are constants: one used as a data operand becomes a `weight` node
+(placed where the exporter's metadata says, else just before its first user); one read as a static
+parameter (a Reshape's shape, a Split's sizes, ...) is only read. Old-format models that list
+initializers among the graph inputs import: those are weights, not inputs.
 
 Each ONNX node maps one to one onto the operator table through its op type's mapper, which lives
 with the operator's family (ir/ops/, `ONNX_IMPORT`) and maps where the semantics match exactly
 (broadcasting made explicit with `broadcast`/`reshape`); anything else, including a mappable op
-with an attribute the IR cannot express, becomes an `opaque` node carrying the ONNX node
-verbatim. Exporter forms are canonicalized so rules meet them (explicit pads equal to SAME are
-"same", Gemm(transB) of a constant is matmul with the transposed weight, unused optional outputs
-such as Dropout masks are dropped), and the idioms exporters spell out (GELU, LayerNorm below
-opset 17, RMSNorm, SiLU) are raised to their fused ops by rules/idioms.rules
-(rules/graph_rewrite.py). The exporter's conventions (exporter.py) are read back, so
-`.tir → .onnx → .tir` is the identity. read.py is the entry point (files, checks, OnnxImport).
+with an attribute the IR cannot express, becomes an `opaque` node carrying the ONNX node verbatim.
+Exporter forms are canonicalized so rules meet them (explicit pads equal to SAME are "same",
+Gemm(transB) of a constant is matmul with the transposed weight, unused optional outputs such as
+Dropout masks are dropped), and the idioms exporters spell out (GELU, LayerNorm below opset 17,
+RMSNorm, SiLU) are raised to their fused ops by rules/idioms/idioms.rules (rules/graph_rewrite.py).
+The exporter's conventions (exporter.py) are read back, so `.tir → .onnx → .tir` is the identity.
+read.py is the entry point (files, checks, OnnxImport).
 """
 from __future__ import annotations
 

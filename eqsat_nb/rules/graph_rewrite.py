@@ -2,14 +2,15 @@
 
 ONNX import maps nodes one to one, so an idiom an exporter spells out (GELU as Div/Erf/Add/Mul/
 Mul, LayerNorm below opset 17, LlamaRMSNorm, SiLU) arrives as its primitive ops. `raise_idioms`
-applies the rules of rules/idioms.rules to such a graph: wherever a rule's source pattern matches
-and every value inside the match (all but its root) is used only inside it, the matched nodes are
-replaced by the rule's target, which takes the root's result name. Roots are tried from the graph's
-end back, so the largest idiom wins (LayerNorm over the RMSNorm of x - mean(x) inside it). So the
-imported graph holds the fused op under the ONNX name of the idiom's last node, the splicing writer
-gives back the model's own nodes for it where the optimizer left it alone, and nothing outside the
-match changes. The same rules take part in the search (they are shipped rules); there they also
-raise idioms whose inner values have other uses, leaving the choice to extraction.
+applies the rules of rules/idioms/idioms.rules to such a graph: wherever a rule's source pattern
+matches and every value inside the match (all but its root) is used only inside it, the matched
+nodes are replaced by the rule's target, which takes the root's result name. Roots are tried from
+the graph's end back, so the largest idiom wins (LayerNorm over the RMSNorm of x - mean(x) inside
+it). So the imported graph holds the fused op under the ONNX name of the idiom's last node, the
+splicing writer gives back the model's own nodes for it where the optimizer left it alone, and
+nothing outside the match changes. For an imported model the search adds the idiom rules that can
+still match (`idioms_for_search`): there they also raise idioms whose inner values have other uses,
+and extraction takes the fused op, which costs less than its parts.
 
 Matching follows the e-graph's rules (rules/pattern.py): every attribute is part of the pattern (a
 literal must be equal, a variable binds the value, an expression is a check), a variable used twice
@@ -30,15 +31,36 @@ from .pattern import Expr, Lit, PNode, Pattern, Rule, Var
 from .verify import _Undefined, cond_holds, eval_expr
 
 COMMUTATIVE = frozenset({"ewadd", "ewmul"})
-IDIOMS_FILE = "idioms.rules"
+IDIOMS = ("idioms", "idioms.rules")      # rules/idioms/idioms.rules
 
 
 @lru_cache(maxsize=1)
 def idiom_rules() -> tuple[Rule, ...]:
-    """The shipped idiom rules (rules/idioms.rules)."""
+    """The shipped idiom rules (rules/idioms/idioms.rules)."""
     from ..resources import data_dir
     from .parse import load_rules
-    return tuple(load_rules(data_dir("rules") / IDIOMS_FILE))
+    return tuple(load_rules(data_dir("rules").joinpath(*IDIOMS)))
+
+
+def _ops(p: Pattern, out: set[str]) -> set[str]:
+    if isinstance(p, PNode):
+        out.add(p.op)
+        for o in p.operands:
+            _ops(o, out)
+    return out
+
+
+def idioms_for_search(graph: Graph, rules: Sequence[Rule]) -> list[Rule]:
+    """The idiom rules the search should add to `rules` for `graph`: those whose source ops the
+    graph holds or one of `rules` creates (an idiom left decomposed at import because an inner
+    value has another use). None for a graph without an idiom's primitives, so the search over
+    such a graph, and over every .tir benchmark, is the default rule set's alone."""
+    have = {n.op for n in graph.nodes}
+    for r in rules:
+        for _, _, targets in r.directions():
+            for t in targets:
+                _ops(t, have)
+    return [r for r in idiom_rules() if _ops(r.lhs[0], set()) <= have]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -254,5 +276,5 @@ def rewrite_graph(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, Counter[s
 
 
 def raise_idioms(graph: Graph) -> Graph:
-    """`graph` with every idiom of rules/idioms.rules raised to its fused operator."""
+    """`graph` with every idiom of rules/idioms/idioms.rules raised to its fused operator."""
     return rewrite_graph(graph, idiom_rules())[0]

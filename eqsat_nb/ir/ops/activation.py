@@ -1,13 +1,13 @@
 """Element-wise functions of one tensor: relu, tanh, sigmoid, gelu (erf form, or the tanh
-approximation), silu (x * sigmoid(x)), erf, sqrt, reciprocal, dropout (the identity at
-inference). `ACT` is also what the fused `act` attribute of conv2d, matmul and the pools applies
-last.
+approximation), silu (x * sigmoid(x)), erf, sqrt, reciprocal, dropout (the identity at inference).
+`ACT` is also what the fused `act` attribute of conv2d, matmul and the pools applies last.
 
 ONNX: Relu, Tanh, Sigmoid, Erf, Sqrt, Reciprocal, Gelu (opset 20; below it the decomposition as
-torch and HF write it: 0.5 * x * (1 + erf(x / sqrt 2)), or for the tanh form
-0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), which onnxruntime fuses back), silu
-as Sigmoid and Mul (as torch writes F.silu), Dropout in inference mode (its mask unused). The
-decomposed forms exporters write are raised to gelu and silu by rules/idioms.rules.
+torch and HF write it: 0.5 * x * (1 + erf(x / sqrt 2)), or for the tanh form 0.5 * x * (1 +
+tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))); onnxruntime's CPU optimizer fuses the erf form back
+into Gelu), silu as Sigmoid and Mul (as torch writes F.silu), Dropout in inference mode (its mask
+unused). The decomposed forms exporters write are raised to gelu and silu by
+rules/idioms/idioms.rules.
 """
 from __future__ import annotations
 

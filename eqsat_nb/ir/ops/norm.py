@@ -1,14 +1,14 @@
 """Normalizations: batchnorm (inference, over axis 1), layernorm (over the axes from `axis` on,
-then * gamma + beta), rmsnorm (x / sqrt(mean(x * x) + eps) over the axes from `axis` on, then
-* gamma: ONNX's RMSNormalization, Llama's RMSNorm).
+then * gamma + beta), rmsnorm (x / sqrt(mean(x * x) + eps) over the axes from `axis` on, then *
+gamma: ONNX's RMSNormalization, Llama's RMSNorm).
 
 ONNX: BatchNormalization in inference mode (unused extra outputs dropped), LayerNormalization
 (opset 17; a missing bias is a zero weight; gamma/beta broadcast to the normalized shape),
 RMSNormalization (opset 23). Below those opsets the decompositions exporters write are written
-(ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add; Pow, ReduceMean, Add, Sqrt, Div,
-Mul): the forms onnxruntime fuses into LayerNormalization and SimplifiedLayerNormalization.
-Those decompositions, and LlamaRMSNorm's (x * 1 / sqrt(...)), are raised to `layernorm` and
-`rmsnorm` by rules/idioms.rules.
+(ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add; Pow, ReduceMean, Add, Sqrt, Div, Mul):
+the forms onnxruntime fuses into LayerNormalization and SimplifiedLayerNormalization. Those
+decompositions, and LlamaRMSNorm's (x * 1 / sqrt(...)), are raised to `layernorm` and `rmsnorm` by
+rules/idioms/idioms.rules.
 """
 from __future__ import annotations
 
