@@ -32,6 +32,11 @@ difference (an op added, removed, reordered, an attribute renamed, moved or re-k
 port can never run silently. Values that depend on a Literals instance (string ids) come in at
 run time in `consts` (see `shape_consts`).
 
+Why one file of ~740 lines: the port must be one file (Numba's cache is keyed on it, see above,
+and `_check_tables` compares one `_SCHEMA` with the table); the definitions it ports live one
+module per operator family in ir/ops/ (docs/operators.md: adding an op adds a `_SCHEMA` line and a
+case in `infer_row` here).
+
 Compile time. The helpers stay functions of their own: inlined (inline="always") into
 `infer_row` they made its type inference slower than compiling each once (measured: a first run
 of nasrnn took 40 and 37 CPU seconds with them apart, 57 and 44 inlined, alternating).
