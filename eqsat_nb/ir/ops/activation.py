@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...kernels import kernel
-from .onnx_map import attrs_of, known, need, short, text, unary_onnx
+from .onnx_map import attrs_of, known, need, short, text, same_onnx
 from .schema import AttrSpec, OpDef, numel_out, unary, zero
 
 Array = np.ndarray
@@ -159,12 +159,12 @@ _UNARY = "element-wise {}"
 
 OPS = [
     OpDef("relu", (1, 1), (), unary, numel_out, _UNARY.format("max(x, 0)"),
-          eval=lambda a, x: ACT["relu"](x), to_onnx=unary_onnx("Relu"), torch=_act_torch("relu")),
+          eval=lambda a, x: ACT["relu"](x), to_onnx=same_onnx("Relu"), torch=_act_torch("relu")),
     OpDef("tanh", (1, 1), (), unary, numel_out, _UNARY.format("tanh"),
-          eval=lambda a, x: np.tanh(x), to_onnx=unary_onnx("Tanh"), torch=_act_torch("tanh"),
+          eval=lambda a, x: np.tanh(x), to_onnx=same_onnx("Tanh"), torch=_act_torch("tanh"),
           cost="transcendental"),
     OpDef("sigmoid", (1, 1), (), unary, numel_out, _UNARY.format("logistic sigmoid"),
-          eval=lambda a, x: ACT["sigmoid"](x), to_onnx=unary_onnx("Sigmoid"),
+          eval=lambda a, x: ACT["sigmoid"](x), to_onnx=same_onnx("Sigmoid"),
           torch=_act_torch("sigmoid"), cost="transcendental", interp_temps=2),
     OpDef("gelu", (1, 1), (AttrSpec("approximate", "str", "none", ("none", "tanh")),), unary,
           numel_out, _UNARY.format("GELU, erf form (approximate \"tanh\": the tanh form)"),
@@ -177,13 +177,13 @@ OPS = [
           "identity at inference", eval=lambda a, x: x, to_onnx=_dropout_onnx,
           onnx_opset=(7, 12), torch=lambda torch, a, ts: (lambda x: x), cost="view"),
     OpDef("erf", (1, 1), (), unary, numel_out, _UNARY.format("error function"),
-          eval=lambda a, x: erf_(x), to_onnx=unary_onnx("Erf"), onnx_opset=(9, 9),
+          eval=lambda a, x: erf_(x), to_onnx=same_onnx("Erf"), onnx_opset=(9, 9),
           torch=_torch_fn("erf"), cost="transcendental", interp_temps=1),
     OpDef("sqrt", (1, 1), (), unary, numel_out, _UNARY.format("square root"),
-          eval=lambda a, x: np.sqrt(x), to_onnx=unary_onnx("Sqrt"), torch=_torch_fn("sqrt"),
+          eval=lambda a, x: np.sqrt(x), to_onnx=same_onnx("Sqrt"), torch=_torch_fn("sqrt"),
           cost="transcendental", positive=(0,)),
     OpDef("reciprocal", (1, 1), (), unary, numel_out, _UNARY.format("1 / x"),
-          eval=lambda a, x: np.asarray(1, dtype=x.dtype) / x, to_onnx=unary_onnx("Reciprocal"),
+          eval=lambda a, x: np.asarray(1, dtype=x.dtype) / x, to_onnx=same_onnx("Reciprocal"),
           torch=_torch_fn("reciprocal"), cost="transcendental"),
     OpDef("silu", (1, 1), (), unary, numel_out, _UNARY.format("x * sigmoid(x) (SiLU, swish)"),
           eval=lambda a, x: x * ACT["sigmoid"](x), to_onnx=_silu_onnx, onnx_opset=(7, 7),

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .onnx_map import (FLOATS, broadcast_to, exact_float, need, scalar_onnx, scalar_operand,
-                       unary_onnx)
+                       same_onnx)
 from .schema import AttrSpec, OpDef, elementwise_binary, numel_out, unary
 
 # ----------------------------------------------------------------------------------- ONNX import
@@ -119,19 +119,19 @@ _VALUE = (AttrSpec("value", "float"),)
 
 OPS = [
     OpDef("ewadd", (2, 2), (), elementwise_binary, numel_out, "x + y, equal shapes",
-          eval=lambda a, x, y: x + y, to_onnx=unary_onnx("Add"),
+          eval=lambda a, x, y: x + y, to_onnx=same_onnx("Add"),
           torch=lambda torch, a, ts: torch.add),
     OpDef("ewmul", (2, 2), (), elementwise_binary, numel_out, "x * y, equal shapes",
-          eval=lambda a, x, y: x * y, to_onnx=unary_onnx("Mul"),
+          eval=lambda a, x, y: x * y, to_onnx=same_onnx("Mul"),
           torch=lambda torch, a, ts: torch.mul),
     OpDef("scale", (1, 1), _VALUE, unary, numel_out, "multiply by a scalar constant",
           eval=_value(lambda x, v: x * v), to_onnx=scalar_onnx("Mul"),
           torch=_value_torch(lambda x, v: x * v)),
     OpDef("ewsub", (2, 2), (), elementwise_binary, numel_out, "x - y, equal shapes",
-          eval=lambda a, x, y: x - y, to_onnx=unary_onnx("Sub"),
+          eval=lambda a, x, y: x - y, to_onnx=same_onnx("Sub"),
           torch=lambda torch, a, ts: torch.sub),
     OpDef("ewdiv", (2, 2), (), elementwise_binary, numel_out, "x / y, equal shapes",
-          eval=lambda a, x, y: x / y, to_onnx=unary_onnx("Div"),
+          eval=lambda a, x, y: x / y, to_onnx=same_onnx("Div"),
           torch=lambda torch, a, ts: torch.div),
     OpDef("shift", (1, 1), _VALUE, unary, numel_out, "add a scalar constant",
           eval=_value(lambda x, v: x + v), to_onnx=scalar_onnx("Add"), onnx_opset=(7, 7),

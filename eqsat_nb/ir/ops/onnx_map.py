@@ -142,14 +142,14 @@ def scalar_operand(imp: Any, node: Any) -> tuple[str, Const, TensorType] | None:
 
 # ------------------------------------------------------------------ export helpers
 
-def unary_onnx(op_type: str) -> Callable[[Any, OnnxNode], None]:
-    """`to_onnx` of an op that is one ONNX node of the same operands."""
+def same_onnx(op_type: str) -> Callable[[Any, OnnxNode], None]:
+    """`to_onnx` of an op that is one ONNX node `op_type` of the same operands, no attributes."""
     def write(w: Any, n: OnnxNode) -> None:
         w.add(op_type, n.ins, [n.main])
     return write
 
 
-def scalar_onnx(op_type: str, swap: bool = False) -> Callable[[Any, OnnxNode], None]:
+def scalar_onnx(op_type: str) -> Callable[[Any, OnnxNode], None]:
     """`to_onnx` of x (op) value: the value as a scalar Constant of x's element type, its
     exact repr in the doc string (read back by the importer)."""
     def write(w: Any, n: OnnxNode) -> None:
@@ -157,5 +157,5 @@ def scalar_onnx(op_type: str, swap: bool = False) -> Callable[[Any, OnnxNode], N
         value = n.a["value"]
         c = w.constant(n, "value", np.asarray(value, NP_DTYPES[n.in_types[0].dtype]),
                        doc=repr(value))
-        w.add(op_type, [c, n.ins[0]] if swap else [n.ins[0], c], [n.main])
+        w.add(op_type, [n.ins[0], c], [n.main])
     return write
