@@ -1,4 +1,4 @@
-"""The operator table's shape functions (ir/ops.py) ported to Numba, on encoded rows.
+"""The operator table's shape functions (ir/ops/) ported to Numba, on encoded rows.
 
 Rule application builds new e-nodes inside Numba and must shape-check each one without calling
 Python. `infer_row` does what `normalize_attrs` + `infer_types` do for one node, on the encoded
@@ -27,7 +27,7 @@ that a kernel reads is frozen into the cached machine code, and a change in *ano
 such a value came from is not noticed. So every value the kernels read is a literal of this file:
 the op ids and attribute schemas are spelled out in `_SCHEMA` below (e-graph op id = position in
 ops.OP_NAMES = position here), the row kinds are copied from literals.py. At import,
-`_check_tables` compares them with ops.py, literals.py and layout.py and raises RuntimeError on any
+`_check_tables` compares them with ir/ops/, literals.py and layout.py and raises RuntimeError on any
 difference (an op added, removed, reordered, an attribute renamed, moved or re-kinded), so a stale
 port can never run silently. Values that depend on a Literals instance (string ids) come in at
 run time in `consts` (see `shape_consts`).
@@ -128,7 +128,7 @@ for _i, (*_, _attrs) in enumerate(_SCHEMA):
 
 
 def _check_tables() -> None:
-    """Raise RuntimeError when ops.py / literals.py / layout.py no longer match this port."""
+    """Raise RuntimeError when ir/ops/ / literals.py / layout.py no longer match this port."""
     from ..ir import ops
     from . import layout, literals
 
