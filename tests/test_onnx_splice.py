@@ -216,6 +216,8 @@ def test_guard_times_both_models_alternating():
     # profiled as fast as the input's, its Splits 0.3 % of the time): within the noise of 1
     ((0.983, 1.00), True, True, 0.023),
     ((0.95, 1.00), True, False, 0.023),      # beyond that noise: refused
+    ((0.97, 1.00), True, False, 0.05),       # within a wide noise, but under 0.98: refused
+    ((0.97, 1.00), False, False, 0.05),      # a CPU target: not faster, the input stays
 ])
 def test_guard_verdicts(monkeypatch, ratios, gpu, keep, spread):
     """The guard's decision rule, on given timings (timing itself is not asserted in tests)."""
