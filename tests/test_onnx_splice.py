@@ -198,6 +198,34 @@ def test_rules_the_opset_cannot_express_are_left_out_before_the_search():
     assert rules_for_opset(list(rules), 21)[1] == {}
 
 
+def test_session_of_a_model_too_big_for_protobuf_leaves_it_as_it_was(monkeypatch):
+    """Over the protobuf limit a session goes through a file with external data; onnx's
+    save_model moves the weights out of the model it writes, and they must come back (the
+    guard and the writer use the same models after the onnxruntime check)."""
+    from google.protobuf.message import EncodeError
+
+    from eqsat_nb import runtime
+
+    w = np.arange(3 * 128, dtype=np.float32).reshape(3, 128)     # over onnx's 1 KiB threshold
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2, 128])], [nh.from_array(w, "w")])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 16)
+    assert runtime.too_big(model)
+    x = np.ones((2, 3), np.float32)
+    for _ in range(2):
+        assert np.array_equal(runtime.session(model).run(None, {"x": x})[0], x @ w)
+        t = model.graph.initializer[0]
+        assert not t.external_data and np.array_equal(nh.to_array(t), w)
+
+    class Huge:          # upb cannot even size a message over 2 GB
+        def ByteSize(self):
+            raise EncodeError("Failed to serialize proto")
+
+    assert runtime.too_big(Huge())
+
+
 def test_guard_times_both_models_alternating():
     m = qkv_model()
     t = time_pair(m, m, random_feeds(m), threads=1, budget_s=1.0)

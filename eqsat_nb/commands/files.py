@@ -55,9 +55,9 @@ def _umask() -> int:
 
 def write_onnx(path: str, model: Any) -> None:
     """Write an ONNX model atomically; weights beyond protobuf's 2 GB go to `PATH.data`."""
-    from ..runtime import PROTOBUF_LIMIT
+    from ..runtime import too_big
 
-    if model.ByteSize() < PROTOBUF_LIMIT:
+    if not too_big(model):
         write_atomic(path, lambda p: p.write_bytes(model.SerializeToString()))
         return
     import onnx
