@@ -8,14 +8,11 @@ byte-for-byte copy of the input file (external data files included).
 """
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-
-from ..errors import TirError
 
 
 @dataclass
@@ -34,39 +31,12 @@ class OnnxOutcome:
                 "onnxruntime_check": self.onnxruntime_check}
 
 
-def external_files(model_path: Path) -> list[str]:
-    """Relative locations of the external data files an ONNX file reads (read from the file:
-    a loaded model has its data inside and no locations any more)."""
-    import onnx
-
-    model = onnx.load(str(model_path), load_external_data=False)
-    locations = []
-    for t in model.graph.initializer:
-        if t.data_location == 1:          # EXTERNAL
-            loc = {e.key: e.value for e in t.external_data}.get("location")
-            if loc and loc not in locations:
-                locations.append(loc)
-    return locations
-
-
 def copy_input(src: str, dst: str, model: Any, force: bool) -> None:
-    """OUT = the input, byte for byte, with its external data files beside it."""
-    from .run import write_atomic
+    """OUT = the input, byte for byte, with every data file it reads beside it (or, where a
+    data file's name cannot be used beside OUT, its data in OUT's own data file)."""
+    from ..onnx_io.external import copy_model
 
-    src_p, dst_p = Path(src), Path(dst)
-    if src_p.resolve() == dst_p.resolve():
-        return
-    for loc in external_files(src_p):
-        target = dst_p.parent / loc
-        source = src_p.parent / loc
-        if target.resolve() == source.resolve():
-            continue
-        if target.exists() and not force:
-            raise TirError("external data file exists; pass --force to overwrite it",
-                           file=str(target))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(str(target), lambda p, s=source: shutil.copyfile(s, p))
-    write_atomic(dst, lambda p: shutil.copyfile(src_p, p))
+    copy_model(src, dst, force)
 
 
 def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str, np.ndarray]]
@@ -178,5 +148,12 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
             return outcome
     else:
         outcome.reason = "not measured (--no-measure)"
-    write_onnx(out, spliced)
+    write_onnx(out, spliced, args.force, taken=_input_files(args.model))
     return outcome
+
+
+def _input_files(model_path: str) -> tuple[Path, ...]:
+    """The input model and its data files: OUT's data file must not replace any of them."""
+    from ..onnx_io.external import input_files
+
+    return (Path(model_path), *input_files(Path(model_path)))

@@ -57,10 +57,10 @@ def check_writable(path: str | None, force: bool) -> None:
         raise TirError("file exists; pass --force to overwrite it", file=path)
 
 
-def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str, ...] = ()
-                 ) -> None:
-    """Call `write(tmp)` on a temporary file next to `path`, then rename it into place.
-    `side_files` are other files `write` creates (ONNX external data): removed if it fails."""
+def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str, ...] = (),
+                 check: Callable[[Path], None] | None = None) -> None:
+    """Call `write(tmp)` on a temporary file next to `path`, then `check(tmp)` if given, then
+    rename it into place. `side_files` are other files `write` creates: removed if it fails."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                dir=str(target.parent if str(target.parent) else "."))
@@ -71,6 +71,8 @@ def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str
         finally:
             os.close(fd)
         write(Path(tmp))
+        if check is not None:
+            check(Path(tmp))
         os.replace(tmp, target)
         done = True
     except OSError as e:
@@ -90,19 +92,13 @@ def _umask() -> int:
     return mask
 
 
-def write_onnx(path: str, model: Any) -> None:
-    """Write an ONNX model atomically; weights beyond protobuf's 2 GB go to `PATH.data`."""
-    from ..runtime import PROTOBUF_LIMIT
+def write_onnx(path: str, model: Any, force: bool = True, taken: tuple[Path, ...] = ()
+               ) -> list[str]:
+    """Write an ONNX model atomically, checked by onnx.checker; a model too large for protobuf
+    keeps its weights in a data file beside it (onnx_io/external.py). The files written."""
+    from ..onnx_io.external import write_model
 
-    if model.ByteSize() < PROTOBUF_LIMIT:
-        write_atomic(path, lambda p: p.write_bytes(model.SerializeToString()))
-        return
-    import onnx
-
-    data = Path(path).name + ".data"
-    write_atomic(path, lambda p: onnx.save_model(model, str(p), save_as_external_data=True,
-                                                 all_tensors_to_one_file=True, location=data),
-                 side_files=(str(Path(path).with_name(data)),))
+    return write_model(path, model, force, taken)
 
 
 # ------------------------------------------------------------------ options
@@ -274,6 +270,9 @@ def run_command(args: argparse.Namespace) -> int:
     budget = Budget(args.time_limit)        # the whole command's, loading included
     for out in (args.output, args.onnx, args.report):
         check_writable(out, args.force)
+        if out and Path(args.model).suffix.lower() == ".onnx":
+            from ..onnx_io.external import check_output
+            check_output(args.model, out)
     from ..rules.parse import load_rules
 
     t = time.perf_counter()
@@ -321,7 +320,7 @@ def run_command(args: argparse.Namespace) -> int:
                 raise VerificationError(
                     f"the exported ONNX model does not match the original in onnxruntime: "
                     f"{onnx_check.summary()}. Nothing was written.", file=args.onnx)
-        write_onnx(args.onnx, model)
+        write_onnx(args.onnx, model, args.force)
     if args.output:
         from ..ir.printer import print_graph
         text = print_graph(result.optimized)
