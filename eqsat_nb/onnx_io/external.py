@@ -123,7 +123,8 @@ def resolve(base: Path, location: str, what: str, source: str) -> Path:
         raise refuse("an absolute path; external data must be relative to the model's folder")
     parts = Path(location).parts
     if ".." in parts:
-        raise refuse("a path that leaves the model's folder")
+        raise refuse("a path through '..'; external data must name a file inside the "
+                     "model's folder without it")
     path = base / location
     probe = base
     for part in parts:              # no symbolic link on the way, the file included

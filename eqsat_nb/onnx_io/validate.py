@@ -295,7 +295,7 @@ def check_file(path: Path, model: Any, in_memory: bool = False) -> None:
 
 
 _INFER = re.compile(r"\(op_type:([^,]*), node name: ([^)]*)\):\s*(.*)")
-_CONTEXT = re.compile(r"Name: (.*?) OpType: (\S+)")
+_CONTEXT = re.compile(r"[Nn]ame: (.*?) OpType: (\S+)")
 
 
 def locate(text: str, opset: int | None = None) -> str:
@@ -305,8 +305,8 @@ def locate(text: str, opset: int | None = None) -> str:
     if m:
         op, name, rest = m.group(1).strip(), m.group(2).strip(), m.group(3)
         return f"{_label(name, op, opset)}: {_untagged(rest.splitlines()[0] if rest else rest)}"
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    head = _untagged(lines[0]) if lines else text
+    body = text.split("==> Context")[0]
+    head = _untagged(" ".join(body.split()))[:400]
     m = _CONTEXT.search(text)
     if m:
         return f"{_label(m.group(1), m.group(2), opset)}: {head}"
@@ -467,29 +467,29 @@ def _check_sizes(model: Any, shapes: dict, source: str) -> None:
 
 # ------------------------------------------------------------------ after the import
 def check_runs(imp: Any, source: str) -> None:
-    """Run the imported model once in onnxruntime (no graph optimizations, so its node names
-    are the model's) on random inputs of the sizes it was imported with, when its tensors are
-    at most RUN_CHECK_BYTES. A failure is a located error when every input is a float tensor;
-    with integer inputs random values may be what fails (indices, shapes), so it is a warning."""
+    """Load the file in onnxruntime as it is (its data files beside it) and run it once with no
+    graph optimizations (so node names are the model's) on random inputs of the sizes it was
+    imported with, when its tensors are at most RUN_CHECK_BYTES. A failure to load is a located
+    error; so is a failure to run when every input is a float tensor (with integer inputs random
+    values may be what fails: indices, shapes), else a warning."""
     import onnxruntime as ort
 
     from ..commands.onnx_out import import_shapes
     from ..runtime import session_options
     from .measure import random_feeds
 
-    model = imp.model
-    if sum(t.ByteSize() for t in external.all_tensors(model)) > RUN_CHECK_BYTES:
+    if sum(t.ByteSize() for t in external.all_tensors(imp.model)) > RUN_CHECK_BYTES:
         return
     so = session_options(1)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
     except Exception as e:      # noqa: BLE001 - onnxruntime's refusal is the answer
         raise TirError(f"onnxruntime cannot load this model: {_ort_located(e)}",
                        file=source) from None
+    feeds = random_feeds(imp.model, shapes=import_shapes(imp))
     try:
-        feeds = random_feeds(model, shapes=import_shapes(imp))
         sess.run(None, feeds)
     except Exception as e:      # noqa: BLE001
         shapes = ", ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
