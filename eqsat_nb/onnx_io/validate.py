@@ -503,14 +503,20 @@ def check_runs(imp: Any, source: str) -> None:
 
 _ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", re.S)
 _ORT_LOAD = re.compile(r"Node \(([^)]*)\) Op \((\w+)\) (.*)", re.S)
+_ORT_KERNEL = re.compile(r"(Could not find an implementation for (\w+)\(\d+\) node with name "
+                         r"'([^']*)'.*)", re.S)
 
 
 def _ort_located(e: BaseException) -> str:
+    """onnxruntime's message with the node it names first: "node 'n' (Op): what"."""
     text = ort_message(e)
-    for pattern in (_ORT_NODE, _ORT_LOAD):
-        m = pattern.search(text)
-        if m:
-            op, name = (m.group(1), m.group(2)) if pattern is _ORT_NODE else (m.group(2),
-                                                                              m.group(1))
-            return f"{_label(name, op)}: {_untagged(m.group(3))}"
+    m = _ORT_NODE.search(text)
+    if m:
+        return f"{_label(m.group(2), m.group(1))}: {_untagged(m.group(3))}"
+    m = _ORT_LOAD.search(text)
+    if m:
+        return f"{_label(m.group(1), m.group(2))}: {_untagged(m.group(3))}"
+    m = _ORT_KERNEL.search(text)
+    if m:
+        return f"{_label(m.group(3), m.group(2))}: {m.group(1)} (no kernel for these types)"
     return text
