@@ -31,24 +31,35 @@ class OnnxOutcome:
                 "onnxruntime_check": self.onnxruntime_check}
 
 
-def copy_input(src: str, dst: str, model: Any, force: bool) -> None:
+def copy_input(src: str, dst: str, model: Any, force: bool) -> str:
     """OUT = the input, byte for byte, with every data file it reads beside it (or, where a
-    data file's name cannot be used beside OUT, its data in OUT's own data file)."""
+    data file's name cannot be used beside OUT, its data in OUT's own data file). Returns a
+    note for the report when it is not byte for byte."""
     from ..onnx_io.external import copy_model
 
-    copy_model(src, dst, force)
+    how = copy_model(src, dst, force)
+    return "" if how in ("byte for byte", "the input file itself") else f"; copied {how}"
 
 
-def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str, np.ndarray]]
-                           ) -> tuple[bool, str]:
+def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str, np.ndarray]],
+                           source: str | None = None) -> tuple[bool, str]:
     """Both models in onnxruntime on the same inputs (one set per entry of `feeds_list`),
-    outputs compared by name with `check_outputs`' tolerances: (all equal, the summary)."""
+    outputs compared by name with `check_outputs`' tolerances: (all equal, the summary).
+    `source`: the input's file, named in the error if onnxruntime cannot run `before`."""
     from ..check_outputs import worst_over
     from ..runtime import session
 
-    a, b = session(before), session(after)
     names = [o.name for o in before.graph.output]
-    runs = ((a.run(names, dict(f)), b.run(names, dict(f))) for f in feeds_list)
+    try:
+        a = session(before)
+        want = [a.run(names, dict(f)) for f in feeds_list]
+    except Exception as e:      # noqa: BLE001 - the input itself fails: say so, located
+        from ..errors import TirError
+        from ..onnx_io.validate import ort_located
+        raise TirError(f"onnxruntime cannot run the input model on random inputs: "
+                       f"{ort_located(e)}. Nothing was written", file=source) from None
+    b = session(after)
+    runs = ((w, b.run(names, dict(f))) for w, f in zip(want, feeds_list))
     v = worst_over(names, runs, tuple(range(len(feeds_list))))
     return v.ok, v.summary()
 
@@ -107,16 +118,16 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
     out = args.onnx
     spliced = splice(imp, result.optimized) if result.improved else None
     if spliced is None:
-        copy_input(args.model, out, imp.model, args.force)
+        how = copy_input(args.model, out, imp.model, args.force)
         why = ("no cheaper graph found" if not result.improved else
                "the optimized graph computes nothing the model does not already")
-        return OnnxOutcome("input unchanged", why)
+        return OnnxOutcome("input unchanged", why + how)
     shapes = import_shapes(imp)
     seeds = range(args.seed, args.seed + max(1, args.verify_seeds))
     feeds = [random_feeds(imp.model, seed=s, shapes=shapes) for s in seeds]
     outcome = OnnxOutcome("optimized", "")
     if not args.no_verify:
-        ok, text = compare_in_onnxruntime(imp.model, spliced, feeds)
+        ok, text = compare_in_onnxruntime(imp.model, spliced, feeds, source=args.model)
         outcome.onnxruntime_check = text
         if not ok:
             raise VerificationError(f"the optimized ONNX model does not match the input in "
@@ -128,12 +139,12 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
         except Exception:    # noqa: BLE001 - onnxruntime refusing the size is the answer
             ok = False
         if not ok:
-            copy_input(args.model, out, imp.model, args.force)
+            how = copy_input(args.model, out, imp.model, args.force)
             given = " ".join(f"--input-shape {n}={'x'.join(map(str, shapes[n]))}"
                              for n in imp.defaulted)
             return OnnxOutcome("input unchanged", f"the rewrites hold only for the sizes "
                                f"assumed for symbolic dims ({_symbolic_note(imp)}); pass "
-                               f"{given} (or --dim) to optimize for fixed sizes")
+                               f"{given} (or --dim) to optimize for fixed sizes{how}")
     elif fixed:
         _fix_interface(spliced, imp, shapes)
     if args.measure:
@@ -143,7 +154,7 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
         outcome.measured_speedup_pct = (g.timings[0].ratio - 1.0) * 100
         outcome.reason = g.reason
         if not g.keep:
-            copy_input(args.model, out, imp.model, args.force)
+            outcome.reason += copy_input(args.model, out, imp.model, args.force)
             outcome.written = "input unchanged"
             return outcome
     else:

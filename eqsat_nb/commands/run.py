@@ -270,14 +270,16 @@ def run_command(args: argparse.Namespace) -> int:
     budget = Budget(args.time_limit)        # the whole command's, loading included
     for out in (args.output, args.onnx, args.report):
         check_writable(out, args.force)
-        if out and Path(args.model).suffix.lower() == ".onnx":
-            from ..onnx_io.external import check_output
-            check_output(args.model, out)
     from ..rules.parse import load_rules
 
     t = time.perf_counter()
     dims, shapes = shape_options(args)
     graph, weights, imp = load_source(args.model, dims, shapes)
+    if imp is not None:         # no output may replace a data file the input reads
+        from ..onnx_io.external import check_output
+        for out in (args.output, args.onnx, args.report):
+            if out:
+                check_output(args.model, out)
     rules = load_rules(args.rules or None)
     dropped: dict[str, str] = {}
     if imp is not None and args.onnx:     # only rewrites the model's opset can express

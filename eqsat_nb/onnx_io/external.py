@@ -423,12 +423,30 @@ def save_split(model: Any, path: Path) -> None:
 
 
 # ------------------------------------------------------------------ copying
-def input_files(model_path: Path) -> list[Path]:
-    """The data files an ONNX file reads (as paths beside it; unchecked)."""
+_FILES: dict[tuple[str, int, int], list[str]] = {}     # (file, mtime, size) → its data files
+
+
+def remember_files(model_path: Path, model: Any) -> None:
+    """Note the data files of a model as read from `model_path` (before its data are read in),
+    so that `input_files` need not parse the file again."""
+    st = model_path.stat()
+    _FILES[(_same(model_path), st.st_mtime_ns, st.st_size)] = data_files(model)
+
+
+def input_locations(model_path: Path) -> list[str]:
+    """The locations (as written) of the data files an ONNX file reads."""
     import onnx
 
-    model = onnx.load(str(model_path), load_external_data=False)
-    return [model_path.parent / loc for loc in data_files(model)]
+    st = model_path.stat()
+    key = (_same(model_path), st.st_mtime_ns, st.st_size)
+    if key not in _FILES:
+        _FILES[key] = data_files(onnx.load(str(model_path), load_external_data=False))
+    return list(_FILES[key])
+
+
+def input_files(model_path: Path) -> list[Path]:
+    """The data files an ONNX file reads (as paths beside it; unchecked)."""
+    return [model_path.parent / loc for loc in input_locations(model_path)]
 
 
 def check_output(model_path: str, out: str) -> None:
@@ -455,9 +473,8 @@ def copy_model(src: str, dst: str, force: bool) -> str:
     if _same(src_p) == _same(dst_p):
         return "the input file itself"
     check_output(src, dst)
-    model = onnx.load(str(src_p), load_external_data=False)
-    locations = data_files(model)
-    sources = [src_p.parent / loc for loc in locations]
+    sources = input_files(src_p)
+    locations = input_locations(src_p)
     targets = [dst_p.parent / loc for loc in locations]
     needed = {_same(p) for p in sources} | {_same(src_p)}
     plain = all(loc and os.path.normpath(loc) == loc and not os.path.isabs(loc)
@@ -475,6 +492,7 @@ def copy_model(src: str, dst: str, force: bool) -> str:
             write_atomic(str(target), lambda p, s=source: shutil.copyfile(s, p))
         write_atomic(dst, lambda p: shutil.copyfile(src_p, p))
         return "byte for byte"
+    model = onnx.load(str(src_p), load_external_data=False)
     files = write_model(dst, model, force, taken=sources + [src_p], source=(src_p.parent, src))
     return ("with its external data moved to " + Path(files[-1]).name if len(files) > 1
             else "with its external data written inside it")

@@ -45,6 +45,7 @@ def load_checked(path: str | Path) -> Any:
     path = Path(path)
     source = str(path)
     model = _parse(path)
+    external.remember_files(path, model)
     external.check_external(model, path.parent, source)
     check_tensors(model, source)
     check_frame(model, source)
@@ -486,7 +487,7 @@ def check_runs(imp: Any, source: str) -> None:
     try:
         sess = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
     except Exception as e:      # noqa: BLE001 - onnxruntime's refusal is the answer
-        raise TirError(f"onnxruntime cannot load this model: {_ort_located(e)}",
+        raise TirError(f"onnxruntime cannot load this model: {ort_located(e)}",
                        file=source) from None
     feeds = random_feeds(imp.model, shapes=import_shapes(imp))
     try:
@@ -494,7 +495,7 @@ def check_runs(imp: Any, source: str) -> None:
     except Exception as e:      # noqa: BLE001
         shapes = ", ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
         text = (f"onnxruntime cannot run this model on random inputs ({shapes}): "
-                f"{_ort_located(e)}")
+                f"{ort_located(e)}")
         if all(v.dtype.kind == "f" for v in feeds.values()):
             raise TirError(text, file=source) from None
         import sys
@@ -507,7 +508,7 @@ _ORT_KERNEL = re.compile(r"(Could not find an implementation for (\w+)\(\d+\) no
                          r"'([^']*)'.*)", re.S)
 
 
-def _ort_located(e: BaseException) -> str:
+def ort_located(e: BaseException) -> str:
     """onnxruntime's message with the node it names first: "node 'n' (Op): what"."""
     text = ort_message(e)
     m = _ORT_NODE.search(text)
