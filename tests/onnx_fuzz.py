@@ -336,23 +336,25 @@ def graph_damage(rng: np.random.Generator, base: str, model: onnx.ModelProto) ->
 
 def external_data(rng: np.random.Generator, base: str, model: onnx.ModelProto) -> Case:
     """The model with its weights in external files, one thing about them hostile or odd."""
-    k = int(rng.integers(0, 20))
+    k = int(rng.integers(0, 21))
     m = onnx.ModelProto()
     m.CopyFrom(model)
     from eqsat_nb.onnx_io.external import all_tensors
     tensors = [t for t in all_tensors(m) if len(t.raw_data) or t.dims]
-    out_name = "o.onnx"
+    # OUT named like the data, as a folder the data need, in a folder that does not exist
+    out_name = str(rng.choice(["o.onnx"] * 5 + ["w.bin", "sub", "new/o.onnx"]))
     extra: list[str] = []
 
     def write(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         loc = {0: "../escape.bin", 1: "/etc/hostname", 2: "link.bin", 3: "sub/../w.bin",
                4: "sub", 5: "nothere.bin", 6: "o.onnx", 7: "m.onnx", 8: "w b ü.bin",
-               9: "deep/er/w.bin", 10: "link_in.bin", 11: ".", 12: "w.bin"}.get(k, "w.bin")
+               9: "deep/er/w.bin", 10: "link_in.bin", 11: ".", 12: "w.bin",
+               20: "sub/w.bin"}.get(k, "w.bin")
         if k == 2:
             (folder.parent / "outside.bin").write_bytes(b"\0" * 4096)
             os.symlink("../outside.bin", folder / "link.bin")
-        if k == 4:
+        if k in (4, 20):
             (folder / "sub").mkdir()
         if k == 10:
             (folder / "real.bin").write_bytes(b"")
@@ -371,7 +373,8 @@ def external_data(rng: np.random.Generator, base: str, model: onnx.ModelProto) -
                 entries["length"] = None            # no length: the rest of the file
             if t is t0 and k == 18:
                 entries["checksum"] = "0"
-                entries["surprise"] = "1"
+                if rng.random() < 0.5:
+                    entries["surprise"] = "1"
             target = "w.bin" if loc in ("../escape.bin", "/etc/hostname", "link.bin",
                                         "sub", "nothere.bin", ".", "link_in.bin") else loc
             if target == "m.onnx":

@@ -52,8 +52,16 @@ def load_source(path: str, dims: Mapping[str, int] | None = None,
 
 
 def check_writable(path: str | None, force: bool) -> None:
-    """Fail early (before any work) if an output would overwrite a file without --force."""
-    if path and Path(path).exists() and not force:
+    """Fail early (before any work) if an output would overwrite a file without --force, is a
+    folder, or lies in a folder that does not exist."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise TirError("cannot write file: Is a directory", file=path)
+    if not (p.parent if str(p.parent) else Path(".")).is_dir():
+        raise TirError("cannot write file: its folder does not exist", file=path)
+    if p.exists() and not force:
         raise TirError("file exists; pass --force to overwrite it", file=path)
 
 
@@ -62,8 +70,11 @@ def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str
     """Call `write(tmp)` on a temporary file next to `path`, then `check(tmp)` if given, then
     rename it into place. `side_files` are other files `write` creates: removed if it fails."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                               dir=str(target.parent if str(target.parent) else "."))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                   dir=str(target.parent if str(target.parent) else "."))
+    except OSError as e:
+        raise TirError(f"cannot write file: {e.strerror}", file=path) from None
     done = False
     try:
         try:        # mkstemp makes 0600; give the file what open() would under the umask

@@ -35,7 +35,8 @@ EXTERNAL = 1                # TensorProto.EXTERNAL
 # bytes per element of the fixed-size element types (TensorProto.DataType); 4-bit types apart
 _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
              14: 8, 15: 16, 16: 2, 17: 1, 18: 1, 19: 1, 20: 1, 23: 1}
-_NIBBLES = {21, 22, 25, 26}     # uint4, int4, float4e2m1, ... : two elements a byte
+_NIBBLES = {21, 22, 25, 26}
+_KEYS = {"location", "offset", "length", "checksum", "basepath"}   # ONNX's external_data keys     # uint4, int4, float4e2m1, ... : two elements a byte
 
 
 # ------------------------------------------------------------------ where tensors are
@@ -145,6 +146,11 @@ def _span(t: Any, path: Path, what: str, source: str) -> tuple[int, int]:
     """(offset, length) of a tensor's bytes in its data file, checked against the file."""
     e = _entries(t)
     loc = e.get("location", "")
+    unknown = sorted(set(e) - _KEYS)
+    if unknown:
+        raise TirError(f"{what}: external data key {unknown[0]!r} is not one ONNX defines "
+                       f"({', '.join(sorted(_KEYS))}); onnxruntime refuses such a model",
+                       file=source)
 
     def number(key: str) -> int | None:
         if key not in e:
@@ -479,7 +485,9 @@ def copy_model(src: str, dst: str, force: bool) -> str:
     needed = {_same(p) for p in sources} | {_same(src_p)}
     plain = all(loc and os.path.normpath(loc) == loc and not os.path.isabs(loc)
                 and ".." not in Path(loc).parts for loc in locations)
-    clash = any(_same(t) == _same(dst_p) or (_same(t) != _same(s) and _same(t) in needed)
+    out_key = _same(dst_p)
+    clash = any(_same(t) == out_key or _same(t).startswith(out_key + os.sep)
+                or (_same(t) != _same(s) and _same(t) in needed)
                 for s, t in zip(sources, targets))
     if plain and not clash:
         for source, target in zip(sources, targets):
@@ -488,7 +496,11 @@ def copy_model(src: str, dst: str, force: bool) -> str:
             if target.exists() and not force:
                 raise TirError("external data file exists; pass --force to overwrite it",
                                file=str(target))
-            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise TirError(f"cannot make the folder for the model's data: {e.strerror}",
+                               file=str(target.parent)) from None
             write_atomic(str(target), lambda p, s=source: shutil.copyfile(s, p))
         write_atomic(dst, lambda p: shutil.copyfile(src_p, p))
         return "byte for byte"
