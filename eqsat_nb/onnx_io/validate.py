@@ -10,7 +10,8 @@ A file is read in this order, each step refusing what the next could not survive
    size), graph outputs listed once, graph inputs without a dimension of 0;
 4. `onnx.checker` on the file's path (so data files are found and a model over 2 GB never has to
    be serialized again);
-5. the external data read in;
+5. the external data read in, sparse initializers made dense (onnx's inference does not type
+   them; the IR holds tensors dense);
 6. the rest of the checker's full check, strict shape and type inference (with data
    propagation), on a copy that holds no large tensor data, then the attribute values the
    operators' own checks miss (convolution and pooling windows, groups that do not divide the
@@ -29,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TirError
+from ..ir.parse import MAX_DIM, MAX_ELEMENTS      # beyond these a tensor is not a real one
 from . import external
 
-MAX_DIM = 2**31 - 1          # as ir/parse.py: a dimension or element count beyond these is
-MAX_ELEMENTS = 2**40         # not a real tensor
 RUN_CHECK_BYTES = 256 << 20  # run the input once in onnxruntime when its tensors are this small
 _SMALL_TENSOR = 1 << 16      # bytes: tensors kept whole for shape inference (shape constants)
 _WINDOW_OPS = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "ConvInteger",
