@@ -35,8 +35,8 @@ EXTERNAL = 1                # TensorProto.EXTERNAL
 # bytes per element of the fixed-size element types (TensorProto.DataType); 4-bit types apart
 _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
              14: 8, 15: 16, 16: 2, 17: 1, 18: 1, 19: 1, 20: 1, 23: 1}
-_NIBBLES = {21, 22, 25, 26}
-_KEYS = {"location", "offset", "length", "checksum", "basepath"}   # ONNX's external_data keys     # uint4, int4, float4e2m1, ... : two elements a byte
+_NIBBLES = {21, 22, 25, 26}     # uint4, int4, float4e2m1, ... : two elements a byte
+_KEYS = {"location", "offset", "length", "checksum", "basepath"}   # ONNX's external_data keys
 
 
 # ------------------------------------------------------------------ where tensors are

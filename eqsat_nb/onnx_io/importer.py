@@ -1353,4 +1353,3 @@ def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
     imp = import_onnx(model, str(path), dims, check=False, input_shapes=input_shapes)
     check_runs(imp, str(path))
     return imp
-
