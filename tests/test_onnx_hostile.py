@@ -213,7 +213,7 @@ def test_out_in_place_never_replaces_the_data_it_reads(tmp_path, monkeypatch):
     assert_equal_in_ort(tmp_path / "in" / "ref.onnx", tmp_path / "in" / "m.onnx")
 
 
-def test_sparse_initializer_in_external_data(tmp_path):
+def test_sparse_initializer_in_external_data(tmp_path, capsys):
     (tmp_path / "in").mkdir()
     idx = np.unique(RNG.integers(0, 64 * 64, 600))[:400].astype(np.int64)
     values = nh.from_array(RNG.standard_normal(400).astype(np.float32), "W")
@@ -223,7 +223,14 @@ def test_sparse_initializer_in_external_data(tmp_path):
     model = _model([h.make_node("MatMul", ["x", "W"], ["y"], name="/m/MatMul")],
                    [_x((2, 64), name="x")], [h.make_tensor_value_info("y", T.FLOAT, [2, 64])])
     model.graph.sparse_initializer.append(h.make_sparse_tensor(values, indices, [64, 64]))
-    assert run(tmp_path, model, rules=False) == 0
+    (tmp_path / "in" / "m.onnx").write_bytes(model.SerializeToString())
+    try:            # onnxruntime 1.18 cannot read sparse tensors in external data; later can
+        ort.InferenceSession(str(tmp_path / "in" / "m.onnx"))
+    except Exception:       # noqa: BLE001 - then the answer is a located error
+        assert run(tmp_path, None, rules=False) == 1
+        assert "m.onnx: error: onnxruntime cannot load this model: " in error_of(capsys)
+        return
+    assert run(tmp_path, None, rules=False) == 0
     assert (tmp_path / "out" / "sparse.bin").exists()
     assert_equal_in_ort(tmp_path / "in" / "m.onnx", tmp_path / "out" / "o.onnx")
 
@@ -236,15 +243,17 @@ INVALID = {
         lambda: conv(x_shape=(1, 4, 0, 8)), "graph input 'input' declares dimension 2 as 0"),
     "Conv strides [0, 0]": (
         lambda: conv(strides=[0, 0]),
-        "node '/conv/Conv' (Conv, opset 17): Attribute strides must only contain positive"),
+        "node '/conv/Conv' (Conv, opset 17): attribute strides [0, 0]: every value must be "
+        "positive"),
     "Conv pads 2^40": (
         lambda: conv(pads=[2**40] * 4),
         "node '/conv/Conv' (Conv, opset 17): attribute pads [1099511627776"),
     "Conv negative pads": (
-        lambda: conv(pads=[-1] * 4), "node '/conv/Conv' (Conv, opset 17): Attribute pads must"),
+        lambda: conv(pads=[-1] * 4), "node '/conv/Conv' (Conv, opset 17): attribute pads "
+        "[-1, -1, -1, -1]: values must not be negative"),
     "Conv dilations 0": (
-        lambda: conv(dilations=[0, 1]), "node '/conv/Conv' (Conv, opset 17): Attribute "
-        "dilations must only contain positive values"),
+        lambda: conv(dilations=[0, 1]), "node '/conv/Conv' (Conv, opset 17): attribute "
+        "dilations [0, 1]: every value must be positive"),
     "Conv group not dividing the channels": (
         lambda: conv(group=3), "node '/conv/Conv' (Conv, opset 17): weight 'conv.weight' has 8 "
         "output channels, which group 3 does not divide"),

@@ -268,9 +268,10 @@ def _probe_onnxruntime(model: Any, source: str) -> None:
 
 def ort_message(e: BaseException | str) -> str:
     """onnxruntime's message without its status prefix and C++ source location."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
-    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text.strip())
-    text = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\) (?=[A-Z])", "", text)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\) (?=[A-Z]|status)", "", text)
+    text = re.sub(r"status\.IsOK\(\) was false\. |\b\w+\.(cc|h):\d+ ", "", text)
     text = re.sub(r"^Load model from .*? failed:", "", text)
     return " ".join(text.split())[:600]
 
@@ -344,9 +345,15 @@ def skeleton(model: Any) -> Any:
 
 
 def check_shapes(model: Any, source: str) -> None:
-    """Strict shape inference, then attribute values and tensor sizes (see the module doc)."""
+    """Attribute values first (onnx's inference divides by strides: onnx 1.16 dies of SIGFPE on a
+    stride of 0), then strict shape inference, channels and tensor sizes (see the module doc)."""
     import onnx
 
+    opset = _opset(model) or 0
+    for g in _graphs(model.graph):
+        for node in g.node:
+            if node.domain in ("", "ai.onnx"):
+                _check_attributes(node, opset, source)
     try:
         inferred = onnx.shape_inference.infer_shapes(skeleton(model), check_type=True,
                                                      strict_mode=True, data_prop=True)
@@ -355,10 +362,9 @@ def check_shapes(model: Any, source: str) -> None:
         raise TirError(f"shape inference fails: {locate(str(e), _opset(model))}",
                        file=source) from None
     shapes = _static_shapes(inferred)
-    opsets = {o.domain or "": o.version for o in model.opset_import}
     for node in inferred.graph.node:
-        if node.domain in ("", "ai.onnx") and node.op_type in _WINDOW_OPS:
-            _check_window(node, shapes, opsets.get("", 0), source)
+        if node.domain in ("", "ai.onnx") and node.op_type in ("Conv", "ConvTranspose"):
+            _check_channels(node, shapes, opset, source)
     _check_sizes(inferred, shapes, source)
 
 
@@ -384,32 +390,45 @@ def _ints(node: Any, name: str) -> list[int] | None:
     return None
 
 
-def _check_window(node: Any, shapes: dict, opset: int, source: str) -> None:
-    """Kernel, strides, dilations, pads and group of a convolution or pooling node."""
+_POSITIVE = ("strides", "dilations", "kernel_shape", "blocksize")
+
+
+def _check_attributes(node: Any, opset: int, source: str) -> None:
+    """Window sizes, strides, dilations and block sizes positive; window pads not negative;
+    none beyond a tensor dimension; a convolution's group at least 1."""
     label = _label(node.name, node.op_type, opset)
 
     def refuse(what: str) -> TirError:
         return TirError(f"{label}: {what}", file=source)
 
-    for attr in ("strides", "dilations", "kernel_shape"):
+    names = _POSITIVE + (("pads", "output_padding") if node.op_type in _WINDOW_OPS else ())
+    for attr in names:
         vals = _ints(node, attr)
-        if vals and any(v <= 0 for v in vals):
+        if not vals:
+            continue
+        if attr in _POSITIVE and any(v <= 0 for v in vals):
             raise refuse(f"attribute {attr} {vals}: every value must be positive")
-        if vals and any(v > MAX_DIM for v in vals):
-            raise refuse(f"attribute {attr} {vals}: larger than any tensor dimension "
-                         f"(at most 2^31 - 1)")
-    for attr in ("pads", "output_padding"):
-        vals = _ints(node, attr)
-        if vals and any(v < 0 for v in vals):
+        if any(v < 0 for v in vals):
             raise refuse(f"attribute {attr} {vals}: values must not be negative")
-        if vals and any(v > MAX_DIM for v in vals):
+        if any(v > MAX_DIM for v in vals):
             raise refuse(f"attribute {attr} {vals}: larger than any tensor dimension "
                          f"(at most 2^31 - 1)")
-    if node.op_type not in ("Conv", "ConvTranspose") or len(node.input) < 2:
+    if node.op_type in ("Conv", "ConvTranspose"):
+        group = (_ints(node, "group") or [1])[0]
+        if group < 1:
+            raise refuse(f"attribute group {group}: must be at least 1")
+
+
+def _check_channels(node: Any, shapes: dict, opset: int, source: str) -> None:
+    """A convolution's group divides its channels and its input matches its weight."""
+    label = _label(node.name, node.op_type, opset)
+
+    def refuse(what: str) -> TirError:
+        return TirError(f"{label}: {what}", file=source)
+
+    if len(node.input) < 2:
         return
     group = (_ints(node, "group") or [1])[0]
-    if group < 1:
-        raise refuse(f"attribute group {group}: must be at least 1")
     x, w = shapes.get(node.input[0]), shapes.get(node.input[1])
     if x is None or w is None or len(x[1]) < 2 or len(w[1]) < 2:
         return
