@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..errors import TirError
+
 
 @dataclass
 class OnnxOutcome:
@@ -41,11 +43,11 @@ def copy_input(src: str, dst: str, model: Any, force: bool) -> str:
     return "" if how in ("byte for byte", "the input file itself") else f"; copied {how}"
 
 
-def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str, np.ndarray]],
-                           source: str | None = None) -> tuple[bool, str]:
+def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str, np.ndarray]]
+                           ) -> tuple[bool, str]:
     """Both models in onnxruntime on the same inputs (one set per entry of `feeds_list`),
-    outputs compared by name with `check_outputs`' tolerances: (all equal, the summary).
-    `source`: the input's file, named in the error if onnxruntime cannot run `before`."""
+    outputs compared by name with `check_outputs`' tolerances: (all equal, the summary). A
+    TirError (without a file: the caller names the input) if onnxruntime cannot run `before`."""
     from ..check_outputs import worst_over
     from ..runtime import session
 
@@ -54,10 +56,9 @@ def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str
         a = session(before)
         want = [a.run(names, dict(f)) for f in feeds_list]
     except Exception as e:      # noqa: BLE001 - the input itself fails: say so, located
-        from ..errors import TirError
         from ..onnx_io.validate import ort_located
         raise TirError(f"onnxruntime cannot run the input model on random inputs: "
-                       f"{ort_located(e)}. Nothing was written", file=source) from None
+                       f"{ort_located(e)}. Nothing was written") from None
     b = session(after)
     runs = ((w, b.run(names, dict(f))) for w, f in zip(want, feeds_list))
     v = worst_over(names, runs, tuple(range(len(feeds_list))))
@@ -127,7 +128,10 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
     feeds = [random_feeds(imp.model, seed=s, shapes=shapes) for s in seeds]
     outcome = OnnxOutcome("optimized", "")
     if not args.no_verify:
-        ok, text = compare_in_onnxruntime(imp.model, spliced, feeds, source=args.model)
+        try:
+            ok, text = compare_in_onnxruntime(imp.model, spliced, feeds)
+        except TirError as e:
+            raise TirError(e.message, file=e.file or args.model) from None
         outcome.onnxruntime_check = text
         if not ok:
             raise VerificationError(f"the optimized ONNX model does not match the input in "
