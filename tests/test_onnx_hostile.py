@@ -136,7 +136,27 @@ def if_branches_in_external_data(folder: Path) -> onnx.ModelProto:
                   [nh.from_array(np.array(0.0, np.float32), "zero")])
 
 
-@pytest.mark.parametrize("make", [constant_in_external_data, if_branches_in_external_data])
+def loop_body_in_external_data(folder: Path) -> onnx.ModelProto:
+    """A Loop (two iterations) whose body holds its own initializer, in body.bin."""
+    w = _w("body.w", [64, 64])
+    to_external(w, folder, "body.bin")
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]),
+         h.make_node("MatMul", ["h_in", "body.w"], ["/mm"]),
+         h.make_node("Tanh", ["/mm"], ["h_out"])], "body",
+        [h.make_tensor_value_info("i", T.INT64, []),
+         h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("h_in", T.FLOAT, [2, 64])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []),
+         h.make_tensor_value_info("h_out", T.FLOAT, [2, 64])], [w])
+    nodes = [h.make_node("Loop", ["trips", "", "x"], ["y"], name="/Loop", body=body)]
+    return _model(nodes, [_x((2, 64), name="x")],
+                  [h.make_tensor_value_info("y", T.FLOAT, [2, 64])],
+                  [nh.from_array(np.array(2, np.int64), "trips")])
+
+
+@pytest.mark.parametrize("make", [constant_in_external_data, if_branches_in_external_data,
+                                  loop_body_in_external_data])
 def test_data_of_constants_and_branches_travel_with_an_unchanged_out(tmp_path, make):
     (tmp_path / "in").mkdir()
     model = make(tmp_path / "in")
@@ -147,7 +167,8 @@ def test_data_of_constants_and_branches_travel_with_an_unchanged_out(tmp_path, m
     assert_equal_in_ort(tmp_path / "in" / "m.onnx", out)
 
 
-@pytest.mark.parametrize("make", [constant_in_external_data, if_branches_in_external_data])
+@pytest.mark.parametrize("make", [constant_in_external_data, if_branches_in_external_data,
+                                  loop_body_in_external_data])
 def test_data_of_constants_and_branches_travel_with_a_spliced_out(tmp_path, make):
     (tmp_path / "in").mkdir()
     model = make(tmp_path / "in")
@@ -155,6 +176,7 @@ def test_data_of_constants_and_branches_travel_with_a_spliced_out(tmp_path, make
     g.initializer.extend([_w("W1", [64, 64]), _w("W2", [64, 64])])
     y = g.output[0].name
     g.node[-1].output[0] = "/before"
+    g.value_info.append(h.make_tensor_value_info("/before", T.FLOAT, [2, 64]))
     g.node.extend([h.make_node("MatMul", ["x", "W1"], ["/m1"], name="/m1/MatMul"),
                    h.make_node("MatMul", ["x", "W2"], ["/m2"], name="/m2/MatMul"),
                    h.make_node("Add", ["/m1", "/m2"], ["/mm"], name="/Add"),
