@@ -498,7 +498,7 @@ def check_runs(imp: Any, source: str) -> None:
     from ..runtime import session_options
     from .measure import random_feeds
 
-    if sum(t.ByteSize() for t in external.all_tensors(imp.model)) > RUN_CHECK_BYTES:
+    if sum(map(external.data_bytes, external.all_tensors(imp.model))) > RUN_CHECK_BYTES:
         return
     so = session_options(1)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
