@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import TirError
+from ..errors import TirError, VerificationError
+from .files import write_onnx
 
 
 @dataclass
@@ -114,7 +115,6 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
     the user set input shapes or dims, so the result is for those sizes."""
     from ..onnx_io.measure import guard, random_feeds
     from ..onnx_io.splice import splice
-    from .run import VerificationError, write_onnx
 
     out = args.onnx
     spliced = splice(imp, result.optimized) if result.improved else None

@@ -411,7 +411,7 @@ def write_model(path: str, model: Any, force: bool = True, taken: Iterable[Path]
     the data file must not replace (the input's own data). `force`: an existing data file may be
     replaced (OUT itself is checked by the caller). `source` (the input's folder and file):
     tensors still in the input's external files are copied into OUT's data file."""
-    from ..commands.run import write_atomic
+    from ..commands.files import write_atomic
 
     out = Path(path)
     big = needs_external(model)
@@ -509,7 +509,7 @@ def copy_model(src: str, dst: str, force: bool) -> str:
     file. Returns how it was copied (for the report)."""
     import onnx
 
-    from ..commands.run import write_atomic
+    from ..commands.files import write_atomic
 
     src_p, dst_p = Path(src), Path(dst)
     if _same(src_p) == _same(dst_p):
