@@ -1,6 +1,6 @@
 """Hostile and unusual ONNX files through `eqsat-nb run M.onnx --onnx OUT.onnx`, and what came
-back: the fuzz harness of tests/test_onnx_fuzz.py (`python tests/onnx_fuzz.py [N]` prints the
-table of classes x outcomes).
+back: the fuzz harness of tests/test_onnx_fuzz.py (`python tests/onnx_fuzz.py --table [N]`
+prints the table of classes x outcomes).
 
 Mutants are drawn, deterministically from a seed, from small models written with onnx.helper as
 exporters write them (a convolutional net, a sum of two projections that the optimizer merges,
@@ -345,6 +345,9 @@ def external_data(rng: np.random.Generator, base: str, model: onnx.ModelProto) -
     out_name = str(rng.choice(["o.onnx"] * 5 + ["w.bin", "sub", "new/o.onnx"]))
     extra: list[str] = []
 
+    t0_index = int(rng.integers(0, len(tensors)))       # drawn here: write() draws nothing
+    surprise = bool(rng.random() < 0.5)
+
     def write(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         loc = {0: "../escape.bin", 1: "/etc/hostname", 2: "link.bin", 3: "sub/../w.bin",
@@ -358,7 +361,7 @@ def external_data(rng: np.random.Generator, base: str, model: onnx.ModelProto) -
             (folder / "sub").mkdir()
         if k == 10:
             (folder / "real.bin").write_bytes(b"")
-        t0 = tensors[int(rng.integers(0, len(tensors)))]
+        t0 = tensors[t0_index]
         for t in tensors:
             entries: dict[str, Any] = {}
             if t is t0 and k == 13:
@@ -373,7 +376,7 @@ def external_data(rng: np.random.Generator, base: str, model: onnx.ModelProto) -
                 entries["length"] = None            # no length: the rest of the file
             if t is t0 and k == 18:
                 entries["checksum"] = "0"
-                if rng.random() < 0.5:
+                if surprise:
                     entries["surprise"] = "1"
             target = "w.bin" if loc in ("../escape.bin", "/etc/hostname", "link.bin",
                                         "sub", "nothere.bin", ".", "link_in.bin") else loc
@@ -450,15 +453,16 @@ def odd_names(rng: np.random.Generator, base: str, model: onnx.ModelProto) -> Ca
 
 
 def mutants(n: int, seed: int = 0) -> list[Case]:
-    """`n` mutants, drawn in turn from each class (deterministic for a seed)."""
-    rng = np.random.default_rng(seed)
+    """`n` mutants, drawn in turn from each class. Deterministic: mutant `i` depends only on
+    `seed` and `i` (its own generator), and writing it draws nothing, so a case can be rerun
+    alone and laid out twice alike."""
     models = {name: make(np.random.default_rng(1)) for name, make in BASES.items()}
     makers = [truncated, bit_flips, graph_damage, graph_damage, external_data, odd_names]
     out = []
     for i in range(n):
         base = list(models)[i % len(models)]
         make = makers[(i // len(models)) % len(makers)]
-        out.append(make(rng, base, models[base]))
+        out.append(make(np.random.default_rng([seed, i]), base, models[base]))
     return out
 
 
@@ -604,29 +608,57 @@ def run_all(cases: list[Case], root: Path) -> list[Outcome]:
     return [run_case(c, root / f"case{i:03d}", rules) for i, c in enumerate(cases)]
 
 
+COLUMNS = ("located error", "written, equal", "unchanged copy", "internal error",
+           "broken output", "other failure")
+
+
+def column(o: Outcome) -> str:
+    """The table column of an outcome: what came back, or the worst thing that went wrong
+    (other failures: traceback, hang, an error naming no file, a write outside OUT's folder,
+    an input onnxruntime refuses accepted silently)."""
+    if any(f.startswith("internal error") for f in o.failures):
+        return "internal error"
+    if any(f.startswith("broken output") for f in o.failures):
+        return "broken output"
+    if o.failures:
+        return "other failure"
+    return {"error": "located error", "optimized": "written, equal",
+            "unchanged": "unchanged copy"}[o.kind]
+
+
 def table(outcomes: list[Outcome]) -> str:
-    """Classes x outcomes, as a Markdown table."""
-    kinds = ["error", "unchanged", "optimized"]
-    kinds += sorted({o.kind for o in outcomes} - set(kinds))
-    rows = ["| class | " + " | ".join(kinds) + " | total |",
-            "|---" * (len(kinds) + 2) + "|"]
+    """Classes x outcomes, as a Markdown table (every column shown, zeros included)."""
+    rows = ["| class | " + " | ".join(COLUMNS) + " | total |",
+            "|---" * (len(COLUMNS) + 2) + "|"]
     for cls in CLASSES + ("all",):
-        sel = [o for o in outcomes if cls == "all" or o.case.cls == cls]
-        rows.append(f"| {cls} | " + " | ".join(str(sum(o.kind == k for o in sel))
-                                                for k in kinds) + f" | {len(sel)} |")
+        sel = [column(o) for o in outcomes if cls == "all" or o.case.cls == cls]
+        rows.append(f"| {cls} | " + " | ".join(str(sel.count(k)) for k in COLUMNS)
+                    + f" | {len(sel)} |")
     return "\n".join(rows)
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int:
+    """`python tests/onnx_fuzz.py [--table] [N] [--seed S]`: run N mutants (the test's 300 by
+    default), print the table and every failure; exit 1 if any."""
+    import argparse
     import tempfile
     import time
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("n", nargs="?", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--table", action="store_true", help="the table only (the default too)")
+    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
-        res = run_all(mutants(n), Path(tmp))
+        res = run_all(mutants(args.n, args.seed), Path(tmp))
         print(table(res))
-        print(f"{n} mutants in {time.perf_counter() - t:.1f} s")
+        print(f"\n{args.n} mutants (seed {args.seed}) in {time.perf_counter() - t:.1f} s")
         for o in res:
             if o.failures:
                 print(f"FAIL {o.case.cls}: {o.case.what}: {o.failures} | {o.stderr[:300]}")
+    return 1 if any(o.failures for o in res) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

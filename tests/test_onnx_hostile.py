@@ -155,8 +155,44 @@ def loop_body_in_external_data(folder: Path) -> onnx.ModelProto:
                   [nh.from_array(np.array(2, np.int64), "trips")])
 
 
-@pytest.mark.parametrize("make", [constant_in_external_data, if_branches_in_external_data,
-                                  loop_body_in_external_data])
+def scan_body_in_external_data(folder: Path) -> onnx.ModelProto:
+    """A Scan over x's rows whose body holds its own initializer, in scan.bin."""
+    w = _w("scan.w", [64, 64])
+    to_external(w, folder, "scan.bin")
+    body = h.make_graph(
+        [h.make_node("MatMul", ["x_t", "scan.w"], ["/mm"]),
+         h.make_node("Add", ["s_in", "/mm"], ["/sum"]),
+         h.make_node("Tanh", ["/sum"], ["s_out"]),
+         h.make_node("Identity", ["s_out"], ["y_t"])], "body",
+        [h.make_tensor_value_info("s_in", T.FLOAT, [64]),
+         h.make_tensor_value_info("x_t", T.FLOAT, [64])],
+        [h.make_tensor_value_info("s_out", T.FLOAT, [64]),
+         h.make_tensor_value_info("y_t", T.FLOAT, [64])], [w])
+    nodes = [h.make_node("Scan", ["s0", "x"], ["/final", "y"], name="/Scan", body=body,
+                         num_scan_inputs=1)]
+    return _model(nodes, [_x((2, 64), name="x")],
+                  [h.make_tensor_value_info("y", T.FLOAT, [2, 64])],
+                  [nh.from_array(np.zeros(64, np.float32), "s0")])
+
+
+def constant_of_shape_value_in_external_data(folder: Path) -> onnx.ModelProto:
+    """A ConstantOfShape whose fill value (an attribute tensor) is in fill.bin."""
+    value = nh.from_array(np.array([0.25], np.float32), "value")
+    to_external(value, folder, "fill.bin")
+    nodes = [h.make_node("ConstantOfShape", ["/shape"], ["/fill"], name="/f/ConstantOfShape",
+                         value=value),
+             h.make_node("Add", ["x", "/fill"], ["y"], name="/a/Add")]
+    return _model(nodes, [_x((2, 64), name="x")],
+                  [h.make_tensor_value_info("y", T.FLOAT, [2, 64])],
+                  [nh.from_array(np.array([2, 64], np.int64), "/shape")])
+
+
+TRAVELLING = [constant_in_external_data, if_branches_in_external_data,
+              loop_body_in_external_data, scan_body_in_external_data,
+              constant_of_shape_value_in_external_data]
+
+
+@pytest.mark.parametrize("make", TRAVELLING)
 def test_data_of_constants_and_branches_travel_with_an_unchanged_out(tmp_path, make):
     (tmp_path / "in").mkdir()
     model = make(tmp_path / "in")
@@ -167,15 +203,15 @@ def test_data_of_constants_and_branches_travel_with_an_unchanged_out(tmp_path, m
     assert_equal_in_ort(tmp_path / "in" / "m.onnx", out)
 
 
-@pytest.mark.parametrize("make", [constant_in_external_data, if_branches_in_external_data,
-                                  loop_body_in_external_data])
+@pytest.mark.parametrize("make", TRAVELLING)
 def test_data_of_constants_and_branches_travel_with_a_spliced_out(tmp_path, make):
     (tmp_path / "in").mkdir()
     model = make(tmp_path / "in")
     g = model.graph             # and something the optimizer rewrites: + x·W1 + x·W2
     g.initializer.extend([_w("W1", [64, 64]), _w("W2", [64, 64])])
     y = g.output[0].name
-    g.node[-1].output[0] = "/before"
+    outs = g.node[-1].output
+    outs[list(outs).index(y)] = "/before"
     g.value_info.append(h.make_tensor_value_info("/before", T.FLOAT, [2, 64]))
     g.node.extend([h.make_node("MatMul", ["x", "W1"], ["/m1"], name="/m1/MatMul"),
                    h.make_node("MatMul", ["x", "W2"], ["/m2"], name="/m2/MatMul"),
