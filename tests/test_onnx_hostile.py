@@ -192,10 +192,28 @@ TRAVELLING = [constant_in_external_data, if_branches_in_external_data,
               constant_of_shape_value_in_external_data]
 
 
+def refused_by_onnxruntime(tmp_path: Path, model: onnx.ModelProto, capsys, **kw) -> bool:
+    """Older onnxruntimes cannot read some tensors from external data (1.18: ConstantOfShape's
+    value, sparse tensors): then the answer is a located error, nothing written."""
+    (tmp_path / "in" / "m.onnx").write_bytes(model.SerializeToString())
+    try:
+        ort.InferenceSession(str(tmp_path / "in" / "m.onnx"))
+        return False
+    except Exception:       # noqa: BLE001 - whatever onnxruntime raises
+        assert run(tmp_path, None, **kw) == 1
+        err = error_of(capsys)
+        assert "m.onnx: error: onnxruntime cannot load this model: " in err, err
+        assert "onnxruntime_src" not in err, err
+        assert not any((tmp_path / "out").iterdir())
+        return True
+
+
 @pytest.mark.parametrize("make", TRAVELLING)
-def test_data_of_constants_and_branches_travel_with_an_unchanged_out(tmp_path, make):
+def test_data_of_constants_and_branches_travel_with_an_unchanged_out(tmp_path, make, capsys):
     (tmp_path / "in").mkdir()
     model = make(tmp_path / "in")
+    if refused_by_onnxruntime(tmp_path, model, capsys, rules=False):
+        return
     assert run(tmp_path, model, rules=False) == 0
     out = tmp_path / "out" / "o.onnx"
     assert out.read_bytes() == (tmp_path / "in" / "m.onnx").read_bytes()
@@ -204,7 +222,7 @@ def test_data_of_constants_and_branches_travel_with_an_unchanged_out(tmp_path, m
 
 
 @pytest.mark.parametrize("make", TRAVELLING)
-def test_data_of_constants_and_branches_travel_with_a_spliced_out(tmp_path, make):
+def test_data_of_constants_and_branches_travel_with_a_spliced_out(tmp_path, make, capsys):
     (tmp_path / "in").mkdir()
     model = make(tmp_path / "in")
     g = model.graph             # and something the optimizer rewrites: + x·W1 + x·W2
@@ -217,6 +235,8 @@ def test_data_of_constants_and_branches_travel_with_a_spliced_out(tmp_path, make
                    h.make_node("MatMul", ["x", "W2"], ["/m2"], name="/m2/MatMul"),
                    h.make_node("Add", ["/m1", "/m2"], ["/mm"], name="/Add"),
                    h.make_node("Add", ["/before", "/mm"], [y], name="/Add2")])
+    if refused_by_onnxruntime(tmp_path, model, capsys):
+        return
     assert run(tmp_path, model) == 0
     out = tmp_path / "out" / "o.onnx"
     assert out.read_bytes() != (tmp_path / "in" / "m.onnx").read_bytes()
@@ -281,12 +301,7 @@ def test_sparse_initializer_in_external_data(tmp_path, capsys):
     model = _model([h.make_node("MatMul", ["x", "W"], ["y"], name="/m/MatMul")],
                    [_x((2, 64), name="x")], [h.make_tensor_value_info("y", T.FLOAT, [2, 64])])
     model.graph.sparse_initializer.append(h.make_sparse_tensor(values, indices, [64, 64]))
-    (tmp_path / "in" / "m.onnx").write_bytes(model.SerializeToString())
-    try:            # onnxruntime 1.18 cannot read sparse tensors in external data; later can
-        ort.InferenceSession(str(tmp_path / "in" / "m.onnx"))
-    except Exception:       # noqa: BLE001 - then the answer is a located error
-        assert run(tmp_path, None, rules=False) == 1
-        assert "m.onnx: error: onnxruntime cannot load this model: " in error_of(capsys)
+    if refused_by_onnxruntime(tmp_path, model, capsys, rules=False):
         return
     assert run(tmp_path, None, rules=False) == 0
     assert (tmp_path / "out" / "sparse.bin").exists()

@@ -271,6 +271,7 @@ def ort_message(e: BaseException | str) -> str:
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
     text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
     text = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\) (?=[A-Z]|status)", "", text)
+    text = re.sub(r"/onnxruntime_src/.*? was false\. ", "", text)    # ORT_ENFORCE's form
     text = re.sub(r"status\.IsOK\(\) was false\. |\b\w+\.(cc|h):\d+ ", "", text)
     text = re.sub(r"^Load model from .*? failed:", "", text)
     return " ".join(text.split())[:600]
