@@ -1,0 +1,92 @@
+"""The ILP's worker process: `python -m eqsat_nb.extract.ilp.worker` solves what it reads on
+stdin and is killed at a hard deadline (DESIGN §6).
+
+HiGHS was seen to hang ignoring its time limit, and it overruns it by seconds on large models, so
+by default the solve runs in a spawned subprocess with a hard deadline (time_limit +
+kill_margin). The worker reports every improvement as it finds it (and, with highspy 1.16,
+HiGHS's improving solutions during a solve), so a killed worker's answer is its last report,
+status "killed"; without one, the warm start (or the internal acyclic greedy). It imports numpy
+and highspy only (no numba), so it starts in a fraction of a second.
+"""
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from .solve import _solve
+
+_WORKER: list[str] | None = None     # the worker's command line (tests stand in a fake one)
+
+
+def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
+    """Solve in `python -m eqsat_nb.extract.ilp.worker` (pickles over stdin, framed pickles
+    back); kill at `deadline` seconds. The worker reports every improvement as it is found, so a
+    killed worker's result is its last report (status "killed"), not nothing."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(_WORKER or [sys.executable, "-m", "eqsat_nb.extract.ilp.worker"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=None if opts.get("verbose") else subprocess.PIPE)
+    data = pickle.dumps((P, opts), protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        out, err = proc.communicate(data, timeout=deadline)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()         # what the worker wrote before it was killed
+        progress = [m for kind, m in _frames(out) if kind == "progress"]
+        return dict(progress[-1] if progress else {}, status="killed")
+    except BaseException:       # Ctrl-C, MemoryError...: leave no worker behind
+        proc.kill()
+        proc.wait()
+        raise
+    frames = _frames(out)
+    final = [m for kind, m in frames if kind in ("ok", "error")]
+    if proc.returncode != 0 or not final:
+        tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        progress = [m for kind, m in frames if kind == "progress"]
+        return dict(progress[-1] if progress else {},
+                    status=f"error: ILP worker exited {proc.returncode}: {tail[0]}")
+    kind, payload = frames[-1]
+    return payload if kind == "ok" else {"status": f"error: {payload}"}
+
+
+def _frames(out: bytes) -> list[tuple[str, Any]]:
+    """The complete (kind, payload) messages in the worker's output (a cut-off last one is
+    dropped)."""
+    msgs = []
+    pos = 0
+    while pos + 8 <= len(out):
+        n = int.from_bytes(out[pos: pos + 8], "little")
+        if pos + 8 + n > len(out):
+            break
+        msgs.append(pickle.loads(out[pos + 8: pos + 8 + n]))
+        pos += 8 + n
+    return msgs
+
+
+def _main() -> None:
+    import os
+    import sys
+
+    P, opts = pickle.load(sys.stdin.buffer)
+    result_fd = os.dup(1)           # whatever HiGHS prints goes to stderr, not into the pickles
+    os.dup2(2, 1)
+
+    def send(kind: str, payload: Any) -> None:
+        b = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        b = len(b).to_bytes(8, "little") + b
+        while b:
+            b = b[os.write(result_fd, b):]
+
+    opts["emit"] = lambda progress: send("progress", progress)
+    try:
+        res = ("ok", _solve(P, opts))
+    except Exception as e:      # reported to the parent as status "error: ..."
+        res = ("error", f"{type(e).__name__}: {e}")
+    send(*res)
+    os.close(result_fd)
+
+
+if __name__ == "__main__":
+    _main()
