@@ -433,8 +433,9 @@ def test_cycle_cut_rows_are_valid_for_every_acyclic_selection():
 def _vit_like(n_pairs: int = 4) -> pb.ExtractionProblem:
     """Shared input x (class 0); per pair j two projections A_j, B_j (cost 4 each) or a merged
     op M_j (cost 5) feeding split S_j whose proj nodes (cost 0) are alternatives in A_j and B_j;
-    every A_j, B_j also has two decoys of cost 9 on inputs of their own (not dominated). Root
-    R = f(all A_j, B_j). The optimum merges every pair: 1 + 5 per pair."""
+    every A_j, B_j also has two decoys (own cost 1 and 1.5) on inputs D_j, E_j of cost 8 that
+    A_j and B_j share (not dominated, and kept by the simplifications). Root R = f(all A_j,
+    B_j). The optimum merges every pair: 1 + 5 per pair."""
     node_class, cost, kids = [0], [0.0], [[]]          # x
     cls = 1
     users = []
@@ -442,11 +443,11 @@ def _vit_like(n_pairs: int = 4) -> pb.ExtractionProblem:
         A, B, M, S, D, E = cls, cls + 1, cls + 2, cls + 3, cls + 4, cls + 5
         cls += 6
         node_class += [M, S, D, E]
-        cost += [5.0, 0.0, 0.0, 0.0]
+        cost += [5.0, 0.0, 8.0, 8.0]
         kids += [[0], [M], [], []]
         for c in (A, B):
             node_class += [c, c, c, c]
-            cost += [4.0, 0.0, 9.0, 9.5]
+            cost += [4.0, 0.0, 1.0, 1.5]
             kids += [[0], [S], [D], [E]]
         users += [A, B]
     node_class.append(cls)

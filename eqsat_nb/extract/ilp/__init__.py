@@ -53,23 +53,45 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
     `stall`: the stall rule's shortest window in seconds; `stop_gap`: the gap rule's largest
     relative gap (a fraction; 0.02 is 2 %). Both 0, the defaults here: only the time limit (or a
     proof of optimality) stops a solve; `optimize` passes STALL_SECONDS and GAP_PERCENT / 100."""
-    from ..dag import dag_cost, is_valid
+    from ..dag import dag_cost, is_valid, reachable
+    from ..dominators import dominator_rows
+    from ..simplify import simplify
 
     if acyclic not in ("cuts", "order"):
         raise ValueError(f"acyclic must be 'cuts' or 'order', not {acyclic!r}")
     t0 = time.perf_counter()
-    P = _arrays(problem)
     ws = None
     if warm_start is not None:
         ws = np.asarray(warm_start, np.int64)
         if ws.shape != (problem.n_classes,) or not is_valid(problem, ws):
             ws = None
+    # the solve works on the simplified problem (simplify.py; same optimum), with the dominator
+    # rows (dominators.py); its answer is mapped back and checked on the problem itself
+    simp = simplify(problem)
+    small = simp.problem
+    P = _arrays(small)
+    dom = dominator_rows(small)
+    P.update(dominators=dom.pairs, closure=dom.closure, closure_start=dom.closure_start,
+             closure_nodes=dom.closure_nodes)
+    prep = {"simplify": {"classes": small.n_classes, "nodes": small.n_nodes,
+                         "rounds": simp.rounds, "dominator_pairs": int(len(dom.pairs)),
+                         "closure_rows": int(len(dom.closure)),
+                         "seconds": round(time.perf_counter() - t0, 3)}}
+    ws_small = None if ws is None else simp.restrict(ws)
+    if ws_small is not None and _valid_cost(P, ws_small) is None:
+        ws_small = None
     opts = {"time_limit": time_limit, "wall_deadline": time.time() + time_limit,
-            "warm_start": ws, "seed": seed, "acyclic": acyclic,
+            "warm_start": ws_small, "seed": seed, "acyclic": acyclic,
             "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {}),
             "restrict": tuple(int(k) for k in restrict), "stall": float(stall),
             "stop_gap": float(stop_gap)}
-    if in_process:
+    roots_kept = all(simp.fixed[r] >= 0 for r in problem.roots
+                     if r not in set(simp.class_orig[small.roots].tolist())) \
+        if problem.n_classes else True
+    if not roots_kept:          # a root has no acyclic derivation
+        res = {"choice": None, "bound": 0.0, "cuts": 0, "status": "infeasible",
+               "optimal": False}
+    elif in_process:
         res = _solve(P, opts)
     else:
         res = _run_subprocess(P, opts, time_limit + kill_margin)
@@ -77,29 +99,33 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
         # the worker's last report (checked below like any answer), else the warm start
         fb = res.get("choice")
         if fb is None or _valid_cost(P, fb) is None:
-            fb = ws
+            fb = ws_small
             res["bound"] = 0.0
         if fb is None:
             greedy, _, _ = _knuth_greedy(P, np.ones(P["node_class"].size, bool))
             fb = greedy if _valid_cost(P, greedy) is not None else None
         res.update(choice=None if fb is None else _trimmed(P, fb), cuts=0, optimal=False,
                    bound=float(res.get("bound", 0.0)))
-    if ws is not None and (res["choice"] is None or dag_cost(
-            problem, np.asarray(res["choice"], np.int64)) > dag_cost(problem, ws)):
+    choice = None if res["choice"] is None else simp.lift(res["choice"])
+    if ws is not None and (choice is None or dag_cost(problem, choice) > dag_cost(problem, ws)):
         # never worse than the warm start (_solve starts from it, so this is a safety net)
-        res.update(choice=_trimmed(P, ws), optimal=False,
-                   status=res["status"] if res["status"] in ("killed", "infeasible")
-                   or res["status"].startswith("error") else "inconsistent")
-    choice = res["choice"]
+        choice = np.where(reachable(problem, ws), ws, -1)
+        res.update(optimal=False, status=res["status"] if res["status"] in (
+            "killed", "infeasible") or res["status"].startswith("error") else "inconsistent")
     if choice is None:
         choice = np.full(problem.n_classes, -1, np.int64)
         cost = float("inf")
     else:
-        choice = np.asarray(choice, np.int64)
         cost = dag_cost(problem, choice)     # the ground truth; raises if something went wrong
     bound = float(res["bound"])
-    gap = 0.0 if res["optimal"] else (
+    optimal = bool(res["optimal"]) and cost - bound <= 1e-6 * max(1.0, abs(cost)) + \
+        rel_gap * abs(cost)
+    if res["optimal"] and not optimal:
+        res["status"] = "inconsistent"
+    gap = 0.0 if optimal else (
         (cost - bound) / max(abs(cost), 1e-9) if np.isfinite(cost) else float("inf"))
+    res["optimal"] = optimal
+    stats = prep | dict(res.get("stats", {}))
     return IlpResult(choice, cost, bound, max(gap, 0.0), bool(res["optimal"]),
                      time.perf_counter() - t0, int(res["cuts"]), res["status"],
-                     int(res.get("resolves", 0)), dict(res.get("stats", {})))
+                     int(res.get("resolves", 0)), stats)

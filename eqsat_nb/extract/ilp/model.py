@@ -224,6 +224,52 @@ class _Model:
         slot = np.cumsum(sizes)[gid] - sizes[gid] + (np.arange(key.size) - gstart[gid])
         pos[slot[part]] = x_col[nodes[owner[part]]]
         blocks.append((np.full(nrow, -inf), np.zeros(nrow), row_of_entry, pos, val))
+        # dominator rows a_c - a_k <= 0 (k in every derivation of c; dominators.py), where not
+        # already a whole-class child row
+        dom = np.asarray(P.get("dominators", np.zeros((0, 2), np.int64)), np.int64)
+        if dom.size:
+            dc, dk = dom[:, 0], dom[:, 1]
+            dkeep = (a_col[dc] >= 0) & (a_col[dk] >= 0) & ~np.isin(dc * C + dk, gc[whole] * C
+                                                                   + gk[whole])
+            dc, dk = dc[dkeep], dk[dkeep]
+            nd = dc.size
+            dcols = np.empty(2 * nd, np.int64)
+            dcols[0::2], dcols[1::2] = a_col[dc], a_col[dk]
+            dvals = np.tile([1.0, -1.0], nd)
+            blocks.append((np.full(nd, -inf), np.zeros(nd), np.repeat(np.arange(nd), 2), dcols,
+                           dvals))
+        else:
+            nd = 0
+        # closure rows Σ_{i in c, k in D(i)} x_i - a_k <= 0 (dominators.py)
+        ck = np.asarray(P.get("closure", np.zeros((0, 2), np.int64)), np.int64)
+        nq = 0
+        if ck.size:
+            cstart = np.asarray(P["closure_start"], np.int64)
+            cnodes = np.asarray(P["closure_nodes"], np.int64)
+            sizes_q = np.diff(cstart)
+            row_q = np.repeat(np.arange(ck.shape[0]), sizes_q)
+            xc = x_col[cnodes]
+            ok = (a_col[ck[:, 1]] >= 0) & (a_col[ck[:, 0]] >= 0)
+            ok &= np.bincount(row_q, weights=(xc >= 0), minlength=ck.shape[0]) >= 2
+            sel = np.flatnonzero(ok)
+            if sel.size:
+                take = ok[row_q] & (xc >= 0)
+                rq = row_q[take]
+                renum = np.full(ck.shape[0], -1, np.int64)
+                renum[sel] = np.arange(sel.size)
+                # per kept row: its x entries, then -a_k
+                cnt = np.bincount(renum[rq], minlength=sel.size)
+                ends = np.cumsum(cnt + 1) - 1
+                qcols = np.empty(int(cnt.sum()) + sel.size, np.int64)
+                qvals = np.ones(qcols.size)
+                qcols[ends], qvals[ends] = a_col[ck[sel, 1]], -1.0
+                member = np.ones(qcols.size, bool)
+                member[ends] = False
+                qcols[member] = xc[take]        # rows come in order, members in order
+                nq = sel.size
+                blocks.append((np.full(nq, -inf), np.zeros(nq), np.repeat(np.arange(nq),
+                                                                          cnt + 1), qcols,
+                               qvals))
         self.nrows = 0
         for lo, hi, rows_, cols_, vals_ in blocks:
             self._add_rows(lo, hi, rows_, cols_, vals_)
@@ -269,6 +315,7 @@ class _Model:
                       np.array(idx, np.int32), np.array(val_, np.float64))
             self.nrows += len(rl)
         self.stats = {"columns": int(ntotal), "rows": self.nrows, "child_rows": pairs,
+                      "dominator_rows": int(nd), "closure_rows": int(nq),
                       "two_cycles": two}
 
     def _add_rows(self, lo: np.ndarray, hi: np.ndarray, rows: np.ndarray, cols: np.ndarray,
