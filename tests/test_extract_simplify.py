@@ -104,3 +104,62 @@ def test_dominator_and_closure_rows_hold_for_every_valid_selection():
                 members = d.closure_nodes[d.closure_start[r]: d.closure_start[r + 1]]
                 assert chosen[members].sum() <= active[k], (c, k, members, sel)
     assert rows > 100
+
+
+# ---------------------------------------------------------------------------------------------
+# Independent layers (extract/decompose.py)
+
+def chain_of_cells(n_cells: int, costs=(4.0, 5.0)) -> pb.ExtractionProblem:
+    """An RNN-like chain: h_0 a leaf of cost 1; cell t: A_t = a(h) | p(M_t), B_t = b(h) | q(M_t),
+    M_t = merged(h) (costs[1]), a and b cost costs[0], the projections 0, or g(h, D_t) of cost 1
+    with D_t a leaf of cost 9; h_t = f(A_t, B_t) of cost 1. Every h_t is a separator."""
+    node_class, cost, kids = [0], [1.0], [[]]
+    h = 0
+    cls = 1
+    for _ in range(n_cells):
+        A, B, M, D, H = cls, cls + 1, cls + 2, cls + 3, cls + 4
+        cls += 5
+        node_class += [A, A, A, B, B, B, M, D, H]
+        cost += [costs[0], 0.0, 1.0, costs[0], 0.0, 1.0, costs[1], 9.0, 1.0]
+        kids += [[h], [M], [h, D], [h], [M], [h, D], [h], [], [A, B]]
+        h = H
+    return pb.from_arrays(cls, node_class, cost, kids, [h])
+
+
+def test_layers_of_a_chain_are_independent_and_identical(monkeypatch):
+    from eqsat_nb.extract import decompose
+    from eqsat_nb.extract.ilp import extract_ilp
+
+    p = chain_of_cells(4)
+    d = dominator_rows(p)
+    parts = decompose.layers(p, d.mandatory, min_layer=3)
+    assert len(parts) == 4
+    keys = [decompose.canonical(part.problem)[0] for part in parts]
+    assert len(set(keys[1:])) == 1            # the cells above the first are the same problem
+    # every class lies in exactly one layer (separators below a layer are leaves of it)
+    owned = [np.delete(part.class_map, part.problem.node_class[part.node_map < 0])
+             for part in parts]
+    assert sorted(np.concatenate(owned).tolist()) == list(range(p.n_classes))
+    monkeypatch.setattr(decompose, "MIN_LAYER", 3)
+    r = extract_ilp(p, in_process=True)
+    assert r.optimal and r.cost == pytest.approx(1.0 + 4 * (5.0 + 1.0))
+    assert dag.is_valid(p, r.choice) and dag.dag_cost(p, r.choice) == r.cost
+    assert len(r.stats["layers"]) == 4 and any("twin_of" in layer.get("stats", {}) or
+                                               "twin_of" in layer for layer in r.stats["layers"])
+
+
+def test_layered_extraction_matches_brute_force(monkeypatch):
+    """Random cells chained through separators: the layered ILP gives the brute-force optimum."""
+    from eqsat_nb.extract import decompose
+    from eqsat_nb.extract.ilp import extract_ilp
+
+    monkeypatch.setattr(decompose, "MIN_LAYER", 2)
+    rng = np.random.default_rng(4)
+    checked = 0
+    for _ in range(12):
+        p = chain_of_cells(2, costs=(float(rng.integers(1, 8)), float(rng.integers(1, 12))))
+        r = extract_ilp(p, in_process=True)
+        best = optimum(p)
+        assert r.optimal and r.cost == pytest.approx(best)
+        checked += len(r.stats.get("layers", [])) > 1
+    assert checked == 12

@@ -42,6 +42,7 @@ class Spec:
     k_multi: int = 2
     filter_cycles: bool = True
     device: str = "a100"       # analytic cost profile
+    tensat: bool = False       # TENSAT's schedule: every rule in every iteration, no bans
     note: str = ""
 
 
@@ -60,6 +61,15 @@ SPECS: dict[str, Spec] = {
     "squeezenet_cyclic": Spec("squeezenet", filter_cycles=False, note="no cycle filter"),
     "nasrnn_cyclic_20k": Spec("nasrnn", node_limit=20_000, filter_cycles=False,
                               note="no cycle filter, node limit"),
+    # issue 31: TENSAT's schedule (every rule in every iteration, 15 iterations, 50 000 nodes),
+    # no cycle filter, as TENSAT's published e-graphs were built
+    "bert_tensat": Spec("bert", filter_cycles=False, tensat=True, note="TENSAT, cyclic"),
+    "nasneta_tensat": Spec("nasneta", filter_cycles=False, tensat=True, note="TENSAT, cyclic"),
+    "nasrnn_tensat": Spec("nasrnn", filter_cycles=False, tensat=True, note="TENSAT, cyclic"),
+    "bert_tensat_k3": Spec("bert", k_multi=3, filter_cycles=False, tensat=True,
+                           note="TENSAT, cyclic, k_multi 3"),
+    "nasneta_tensat_k3": Spec("nasneta", k_multi=3, filter_cycles=False, tensat=True,
+                              note="TENSAT, cyclic, k_multi 3"),
 }
 
 
@@ -92,12 +102,15 @@ def build(name: str) -> dict[str, Any]:
     t = time.perf_counter()
     report = saturate(eg, load_rules(ROOT / "rules"),
                       Limits(node_limit=spec.node_limit, k_multi=spec.k_multi,
-                             filter_cycles=spec.filter_cycles))
+                             filter_cycles=spec.filter_cycles,
+                             **({"match_limit": None, "budget_share": None} if spec.tensat
+                                else {})))
     seconds = time.perf_counter() - t
     costs = make_cost_model("analytic", spec.device).egraph_costs(eg)
     data = to_json(eg, costs)
     meta = {"model": spec.model, "node_limit": spec.node_limit, "k_multi": spec.k_multi,
-            "filter_cycles": spec.filter_cycles, "cost": f"analytic {spec.device}",
+            "filter_cycles": spec.filter_cycles, "tensat_schedule": spec.tensat,
+            "cost": f"analytic {spec.device}",
             "iterations": len(report.iterations), "stop": report.stop_reason,
             "egraph_nodes": eg.num_nodes, "egraph_classes": eg.num_classes,
             "search_seconds": round(seconds, 2), "built": datetime.date.today().isoformat()}

@@ -342,17 +342,26 @@ def _closure(D, lo, hi, node_class, child_start, child_class, class_start, class
     return ck[:R].copy(), start[:R + 1].copy(), members[:used].copy()
 
 
-@kernel("Tuple((i8[:, ::1], i8[:, ::1], i8[::1], i8[::1],))(i4[::1], i4[::1], i4[::1], i4[::1], "
-        "i4[::1], i8, i8)")
-def _rows(node_class, child_start, child_class, class_start, class_nodes, n_classes,
+@kernel("Tuple((i8[:, ::1], i8[:, ::1], i8[::1], i8[::1], b1[::1],))(i4[::1], i4[::1], "
+        "i4[::1], i4[::1], i4[::1], i4[::1], i8, i8)")
+def _rows(node_class, child_start, child_class, class_start, class_nodes, roots, n_classes,
           max_entries):
-    """The class rows (pairs) and the closure rows (pairs, CSR start, candidates)."""
+    """The class rows (pairs), the closure rows (pairs, CSR start, candidates) and the classes
+    every selection uses (in D(r) of a root r)."""
     D, lo, hi = _dominated(node_class, child_start, child_class, class_start, class_nodes,
                            n_classes)
+    mandatory = np.zeros(n_classes, np.bool_)
+    for r in roots:
+        for w in range(lo[r], hi[r]):
+            x = D[r, w]
+            while x:
+                low = x & (~x + np.uint64(1))
+                x ^= low
+                mandatory[w * 64 + _bit_index(low)] = True
     pairs = _covers(D, lo, hi, n_classes)
     ck, start, members = _closure(D, lo, hi, node_class, child_start, child_class, class_start,
                                   class_nodes, n_classes, max_entries)
-    return pairs, ck, start, members
+    return pairs, ck, start, members, mandatory
 
 
 @dataclass(frozen=True)
@@ -363,6 +372,7 @@ class DominatorRows:
     closure: np.ndarray         # int64[Q, 2]
     closure_start: np.ndarray   # int64[Q + 1]
     closure_nodes: np.ndarray   # int64[...]
+    mandatory: np.ndarray       # bool[C]: classes every selection uses
 
 
 def dominator_rows(problem: ExtractionProblem, max_entries: int = MAX_CLOSURE_ENTRIES
@@ -372,8 +382,10 @@ def dominator_rows(problem: ExtractionProblem, max_entries: int = MAX_CLOSURE_EN
     C = problem.n_classes
     if C == 0 or C * ((C + 63) // 64) * 8 > MAX_BYTES:
         e = np.zeros((0, 2), np.int64)
-        return DominatorRows(e, e, np.zeros(1, np.int64), np.zeros(0, np.int64))
-    pairs, ck, start, nodes = _rows(problem.node_class, problem.child_start, problem.child_class,
-                                    problem.class_start, problem.class_nodes, C,
-                                    int(max_entries))
-    return DominatorRows(pairs, ck, start, nodes)
+        mandatory = np.zeros(C, bool)
+        mandatory[problem.roots] = True
+        return DominatorRows(e, e, np.zeros(1, np.int64), np.zeros(0, np.int64), mandatory)
+    pairs, ck, start, nodes, mandatory = _rows(
+        problem.node_class, problem.child_start, problem.child_class, problem.class_start,
+        problem.class_nodes, problem.roots, C, int(max_entries))
+    return DominatorRows(pairs, ck, start, nodes, mandatory)

@@ -1,33 +1,45 @@
-"""The ILP's worker process: `python -m eqsat_nb.extract.ilp.worker` solves what it reads on
-stdin and is killed at a hard deadline (DESIGN §6).
+"""The ILP's worker process: it solves what it reads on stdin and is killed at a hard deadline
+(DESIGN §6).
 
 HiGHS was seen to hang ignoring its time limit, and it overruns it by seconds on large models, so
 by default the solve runs in a spawned subprocess with a hard deadline (time_limit +
 kill_margin). The worker reports every improvement as it finds it (and, with highspy 1.16,
 HiGHS's improving solutions during a solve), so a killed worker's answer is its last report,
-status "killed"; without one, the warm start (or the internal acyclic greedy). It imports numpy
-and highspy only (no numba), so it starts in a fraction of a second.
+status "killed"; without one, the warm start (or the internal acyclic greedy).
+
+It imports this package alone, as the top-level package `ilp` (numpy and highspy, not eqsat_nb
+with its parser and numba: 0.4 s less on this machine), and it is started before the parent
+prepares the problem (`start`), so its imports overlap that work; it waits on stdin.
 """
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 from typing import Any
 
 from .solve import _solve
 
 _WORKER: list[str] | None = None     # the worker's command line (tests stand in a fake one)
+_BOOT = ("import sys; sys.path.insert(0, {!r}); import ilp.worker; ilp.worker._main()"
+         .format(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
-def _run_subprocess(P: dict, opts: dict, deadline: float) -> dict:
-    """Solve in `python -m eqsat_nb.extract.ilp.worker` (pickles over stdin, framed pickles
-    back); kill at `deadline` seconds. The worker reports every improvement as it is found, so a
-    killed worker's result is its last report (status "killed"), not nothing."""
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen(_WORKER or [sys.executable, "-m", "eqsat_nb.extract.ilp.worker"],
+def start(verbose: bool = False) -> subprocess.Popen:
+    """A worker process, importing while the caller prepares what it will send."""
+    return subprocess.Popen(_WORKER or [sys.executable, "-c", _BOOT],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=None if opts.get("verbose") else subprocess.PIPE)
+                            stderr=None if verbose else subprocess.PIPE)
+
+
+def _run_subprocess(P: dict, opts: dict, deadline: float,
+                    proc: subprocess.Popen | None = None) -> dict:
+    """Solve in a worker (`proc`, or a new one: pickles over stdin, framed pickles back); kill it
+    at `deadline` seconds. The worker reports every improvement as it is found, so a killed
+    worker's result is its last report (status "killed"), not nothing."""
+    if proc is None:
+        proc = start(bool(opts.get("verbose")))
     data = pickle.dumps((P, opts), protocol=pickle.HIGHEST_PROTOCOL)
     try:
         out, err = proc.communicate(data, timeout=deadline)
@@ -66,8 +78,7 @@ def _frames(out: bytes) -> list[tuple[str, Any]]:
 
 
 def _main() -> None:
-    import os
-    import sys
+    import highspy  # noqa: F401  (imported while the parent prepares the problem)
 
     P, opts = pickle.load(sys.stdin.buffer)
     result_fd = os.dup(1)           # whatever HiGHS prints goes to stderr, not into the pickles
