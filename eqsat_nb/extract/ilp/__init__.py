@@ -61,7 +61,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
 
     if acyclic not in ("cuts", "order"):
         raise ValueError(f"acyclic must be 'cuts' or 'order', not {acyclic!r}")
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     proc = None if in_process else worker.start(verbose)     # its imports overlap what follows
     try:
         ws = None
@@ -142,6 +142,8 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
         (cost - bound) / max(abs(cost), 1e-9) if np.isfinite(cost) else float("inf"))
     res["optimal"] = optimal
     stats = prep | dict(res.get("stats", {}))
+    if res.get("timeline"):     # (seconds since the call, cost, bound) at each improvement
+        stats["timeline"] = [(round(t - wall0, 3), c, min(b, c)) for t, c, b in res["timeline"]]
     return IlpResult(choice, cost, bound, max(gap, 0.0), bool(res["optimal"]),
                      time.perf_counter() - t0, int(res["cuts"]), res["status"],
                      int(res.get("resolves", 0)), stats)

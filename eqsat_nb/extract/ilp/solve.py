@@ -46,18 +46,21 @@ class _Incumbent:
         self.choice: np.ndarray | None = None
         self.cost = float("inf")
         self.bound = 0.0
+        self.timeline: list[tuple[float, str, float]] = []  # (time.time(), "cost"|"bound", v)
 
     def offer(self, sel: np.ndarray | None) -> bool:
         walked = _valid_walk(self.P, sel)
         if walked is None or walked[0] >= self.cost - _tol(walked[0]) * (self.choice is not None):
             return False
         self.cost, self.choice = walked
+        self.timeline.append((time.time(), "cost", self.cost))
         self._emit()
         return True
 
     def offer_bound(self, b: float) -> None:
         if np.isfinite(b) and b > self.bound:
             self.bound = b
+            self.timeline.append((time.time(), "bound", b))
             self._emit()
 
     def _emit(self) -> None:
@@ -73,6 +76,7 @@ def _solve(P: dict, opts: dict) -> dict:
     if "layers" in P:
         return _solve_layers(P, opts)
     t0, c0 = time.perf_counter(), stop._CLOCK()      # c0: the stall rule's clock at the start
+    wall0 = time.time()
     deadline = t0 + float(opts["time_limit"])
     if "wall_deadline" in opts:         # the caller's clock: the worker's start-up counts too
         deadline = min(deadline, t0 + float(opts["wall_deadline"]) - time.time())
@@ -125,6 +129,8 @@ def _solve(P: dict, opts: dict) -> dict:
                                 "inherited_cuts": inherited}
     watch = _Progress(lambda: inc.cost, stall, start=c0, gap=stop_gap)
     loop = _cut_loop(P, m, inc, deadline, watch=watch)
+    inc.timeline += [(wall0 + t, "bound", low) for t, low in zip(watch.ts, watch.lows)
+                     if np.isfinite(low)]       # the full model's bounds as HiGHS reported them
     trajectory.append({"phase": "full", "start": round(t - t0, 3)} | watch.record())
     stats["rounds"] = loop["rounds"]
     best, best_cost, bound, status = inc.choice, inc.cost, inc.bound, loop["status"]
@@ -138,7 +144,31 @@ def _solve(P: dict, opts: dict) -> dict:
     elif status == "optimal" or (status == "infeasible" and best is not None):
         status = "inconsistent"
     out.update(choice=best, cost=best_cost, bound=bound, cuts=loop["cuts"] + inherited,
-               status=status, optimal=optimal, resolves=loop["resolves"])
+               status=status, optimal=optimal, resolves=loop["resolves"], events=inc.timeline,
+               timeline=_timeline([inc.timeline], [inc.timeline[0][2]] if inc.timeline else [],
+                                  bound))
+    return out
+
+
+def _timeline(events: list[list], start_costs: list[float], final_bound: float | None = None
+              ) -> list[tuple[float, float, float]]:
+    """(time.time(), cost, bound) at each change of the total over parts whose events are
+    (time.time(), "cost"|"bound", value) (part j's cost before its first event: start_costs[j];
+    its bound: 0). A bound never exceeds its part's cost; `final_bound` caps the last point's."""
+    cost = list(start_costs)
+    low = [0.0] * len(events)
+    merged = sorted((t, j, kind, v) for j, ev in enumerate(events) for t, kind, v in ev)
+    out: list[tuple[float, float, float]] = []
+    for t, j, kind, v in merged:
+        if kind == "cost":
+            cost[j] = min(cost[j], v)
+        else:
+            low[j] = max(low[j], v)
+        point = (t, float(sum(cost)), float(sum(min(a, b) for a, b in zip(low, cost))))
+        if not out or point[1:] != out[-1][1:]:
+            out.append(point)
+    if out and final_bound is not None and out[-1][2] > final_bound:
+        out[-1] = out[-1][:2] + (float(final_bound),)
     return out
 
 
@@ -213,6 +243,7 @@ def _solve_layers(P: dict, opts: dict) -> dict:
                          warm_start=best[j][0], emit=heard(j),
                          highs=LAYER_HIGHS | dict(opts.get("highs") or {}))
             r = _solve(parts[j]["P"], lopts)
+            r["events"] = (results[j] or {}).get("events", []) + r.get("events", [])
             if results[j] is not None:
                 r["stats"] = {"sweeps": [results[j].get("stats", {}), r.get("stats", {})]}
             results[j] = r
@@ -229,13 +260,23 @@ def _solve_layers(P: dict, opts: dict) -> dict:
                 best[i][:2] = [walked[1], walked[0]]
                 if abs(walked[0] - best[j][1]) <= _tol(walked[0]):
                     best[i][2] = max(best[i][2], best[j][2])    # the same problem: its bound
-                    results[i] = dict(results[j], stats={"twin_of": j})
+                    results[i] = dict(results[j], stats={"twin_of": j}, twin_time=time.time())
             if results[i] is None:
                 results[i] = dict(results[j], optimal=False, status="time_limit",
                                   stats={"twin_of": j})
         report()
     results = [r if r is not None else {"status": "time_limit", "optimal": False, "cuts": 0}
                for r in results]
+    events = []
+    for j, r in enumerate(results):
+        ev = list(r.get("events", []))
+        if r.get("stats", {}).get("twin_of") is not None:
+            ev = [(r.get("twin_time", t0), "cost", best[j][1]), (r.get("twin_time", t0), "bound",
+                                                                 best[j][2])]
+        events.append(ev)
+    starts = [float(_valid_walk(part["P"], part.get("warm_start"))[0])
+              if _valid_walk(part["P"], part.get("warm_start")) is not None else ev[0][2]
+              if ev else float("inf") for part, ev in zip(parts, events)]
     statuses = [r["status"] for r in results]
     status = next(s for s in _WORST if s in statuses) if statuses else "optimal"
     optimal = all(r["optimal"] for r in results)
@@ -244,6 +285,7 @@ def _solve_layers(P: dict, opts: dict) -> dict:
             "bound": sum(b[2] for b in best), "cuts": sum(r.get("cuts", 0) for r in results),
             "status": "optimal" if optimal else status, "optimal": optimal,
             "resolves": sum(r.get("resolves", 0) for r in results),
+            "timeline": _timeline(events, starts, sum(b[2] for b in best)),
             "stats": {"layers": [{"classes": int(p["P"]["n_classes"]),
                                   "nodes": int(p["P"]["node_class"].size),
                                   "status": r["status"], "cost": b[1], "bound": b[2]} |
