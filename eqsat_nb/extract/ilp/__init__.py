@@ -1,9 +1,12 @@
 """Exact DAG extraction by integer programming with HiGHS (DESIGN §6).
 
-One concern a module: `selection.py` (plain-array walks: validity, DAG cost, cycles), `model.py`
-(presolve and the HiGHS model), `solve.py` (the solve loop: restricted phases, lazy cycle cuts,
-checking what HiGHS returns), `stop.py` (the stall and gap rules), `worker.py` (the killable
-worker process). This module is the entry point: `extract_ilp`.
+One concern a module: `prepare.py` (in the calling process: the simplified problem, its
+dominator and closure rows, its independent layers), `selection.py` (plain-array walks:
+validity, DAG cost, cycles), `model.py` (presolve and the HiGHS model), `solve.py` (the solve
+loop: layers, restricted phases, lazy cycle cuts, checking what HiGHS returns), `stop.py` (the
+stall and gap rules), `worker.py` (the killable worker process). This module is the entry point,
+`extract_ilp`: it prepares, solves (in the worker), maps the answer back and checks it on the
+problem itself.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .selection import _arrays, _knuth_greedy, _trimmed, _valid_cost
+from .selection import _knuth_greedy, _trimmed, _valid_cost
 from .solve import RESTRICT, _solve, run_checked
 from .stop import GAP_PERCENT, GAP_WAIT, STALL_SECONDS
 from . import worker
@@ -55,9 +58,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
     relative gap (a fraction; 0.02 is 2 %). Both 0, the defaults here: only the time limit (or a
     proof of optimality) stops a solve; `optimize` passes STALL_SECONDS and GAP_PERCENT / 100."""
     from ..dag import dag_cost, is_valid, reachable
-    from ..decompose import layers
-    from ..dominators import dominator_rows
-    from ..simplify import simplify
+    from .prepare import prepare
 
     if acyclic not in ("cuts", "order"):
         raise ValueError(f"acyclic must be 'cuts' or 'order', not {acyclic!r}")
@@ -69,43 +70,23 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
             ws = np.asarray(warm_start, np.int64)
             if ws.shape != (problem.n_classes,) or not is_valid(problem, ws):
                 ws = None
-        # the solve works on the simplified problem (simplify.py; same optimum), with the dominator
-        # rows (dominators.py); its answer is mapped back and checked on the problem itself
-        simp = simplify(problem)
-        small = simp.problem
-        P = _arrays(small)
-        dom = dominator_rows(small)
-        P.update(dominators=dom.pairs, closure=dom.closure, closure_start=dom.closure_start,
-                 closure_nodes=dom.closure_nodes)
-        prep = {"simplify": {"classes": small.n_classes, "nodes": small.n_nodes,
-                             "rounds": simp.rounds, "dominator_pairs": int(len(dom.pairs)),
-                             "closure_rows": int(len(dom.closure)),
-                             "seconds": round(time.perf_counter() - t0, 3)}}
-        ws_small = None if ws is None else simp.restrict(ws)
-        if ws_small is not None and _valid_cost(P, ws_small) is None:
-            ws_small = None
-        parts = layers(small, dom.mandatory)
-        send = P if not parts else {"layers": _layer_parts(parts, ws_small),
-                                    "n_classes": small.n_classes}
-        prep["simplify"]["layers"] = [int(part.problem.n_classes) for part in parts]
+        prep = prepare(problem, ws)
+        P, simp, ws_small = prep.P, prep.simplified, prep.warm_start
         opts = {"time_limit": time_limit, "wall_deadline": time.time() + time_limit,
                 "warm_start": ws_small, "seed": seed, "acyclic": acyclic,
                 "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {}),
                 "restrict": tuple(int(k) for k in restrict), "stall": float(stall),
                 "stop_gap": float(stop_gap)}
-        roots_kept = all(simp.fixed[r] >= 0 for r in problem.roots
-                         if r not in set(simp.class_orig[small.roots].tolist())) \
-            if problem.n_classes else True
-        if not roots_kept:          # a root has no acyclic derivation
+        if not prep.feasible:          # a root has no acyclic derivation
             res = {"choice": None, "bound": 0.0, "cuts": 0, "status": "infeasible",
                    "optimal": False}
             if proc is not None:
                 proc.kill()
                 proc.communicate()
         elif in_process:
-            res = _solve(send, opts)
+            res = _solve(prep.send, opts)
         else:
-            res = _run_subprocess(send, opts, time_limit + kill_margin, proc)
+            res = _run_subprocess(prep.send, opts, time_limit + kill_margin, proc)
     except BaseException:      # leave no worker behind
         if proc is not None:
             proc.kill()
@@ -141,55 +122,9 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
     gap = 0.0 if optimal else (
         (cost - bound) / max(abs(cost), 1e-9) if np.isfinite(cost) else float("inf"))
     res["optimal"] = optimal
-    stats = prep | dict(res.get("stats", {}))
+    stats = prep.stats | dict(res.get("stats", {}))
     if res.get("timeline"):     # (seconds since the call, cost, bound) at each improvement
         stats["timeline"] = [(round(t - wall0, 3), c, min(b, c)) for t, c, b in res["timeline"]]
     return IlpResult(choice, cost, bound, max(gap, 0.0), bool(res["optimal"]),
                      time.perf_counter() - t0, int(res["cuts"]), res["status"],
                      int(res.get("resolves", 0)), stats)
-
-
-def _with_rows(problem) -> dict[str, Any]:
-    """The problem's arrays for the solve, with its dominator and closure rows."""
-    from ..dominators import dominator_rows
-
-    P = _arrays(problem)
-    dom = dominator_rows(problem)
-    P.update(dominators=dom.pairs, closure=dom.closure, closure_start=dom.closure_start,
-             closure_nodes=dom.closure_nodes)
-    return P
-
-
-def _layer_parts(parts: list, ws: np.ndarray | None) -> list[dict[str, Any]]:
-    """What the solve needs of each layer (decompose.Layer): its arrays and rows (a layer
-    identical to an earlier one, its `twin`: its arrays only), its maps, its canonical labelling,
-    and the warm start's selection on it."""
-    from ..decompose import canonical
-
-    out: list[dict[str, Any]] = []
-    seen: dict[bytes, int] = {}
-    for j, layer in enumerate(parts):
-        key, rank, order = canonical(layer.problem)
-        part = _layer_part(layer, ws, rows=key not in seen)
-        part.update(class_rank=rank, node_order=order, twin=seen.get(key, -1))
-        seen.setdefault(key, j)
-        out.append(part)
-    return out
-
-
-def _layer_part(layer, ws: np.ndarray | None, rows: bool = True) -> dict[str, Any]:
-    """One layer's arrays (with its dominator and closure rows unless `rows` is False), its
-    maps, and the warm start's selection on it (the separators below it: their zero-cost
-    leaf)."""
-    warm = None
-    if ws is not None:
-        pos = np.full(int(layer.node_map.max(initial=-1)) + 2, -1, np.int64)
-        real = layer.node_map >= 0
-        pos[layer.node_map[real]] = np.flatnonzero(real)
-        picked = ws[layer.class_map]
-        warm = np.where(picked >= 0, pos[np.clip(picked, -1, pos.size - 1)], -1)
-        leaf = ~real
-        warm[layer.problem.node_class[leaf]] = np.flatnonzero(leaf)
-    return {"P": _with_rows(layer.problem) if rows else _arrays(layer.problem),
-            "class_map": layer.class_map,
-            "node_map": layer.node_map, "warm_start": warm}
