@@ -328,8 +328,8 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
             resolves += again
             if bounds:
                 inc.offer_bound(db)         # cuts only tighten the model: every bound holds
-                if watch is not None and watch.stopped is not None:
-                    inc.offer_bound(watch.bound)    # what the rule decided on
+                if watch is not None:       # as does every bound HiGHS reported during the run
+                    inc.offer_bound(watch.bound)
             if watch is not None and watch.stopped_at < deadline:
                 status = watch.stopped      # (past the deadline the time limit stopped it)
             if kind != "ok":                # "infeasible", "inconsistent", or no incumbent
