@@ -1,11 +1,15 @@
 """Which classes every derivation of a class uses: rows that lift the ILP's LP bound.
 
-D(c), the classes every acyclic derivation of class c contains, satisfies
-D(c) ⊇ {c} ∪ ⋂_{i ∈ c} ⋃_{k ∈ kids(i)} D(k) (each candidate needs all its children, and each
-child's derivation contains that child's dominated classes). The least fixpoint of that equation
-from D(c) = {c} is computed here (bitsets, a worklist that revisits the users of a class whose set
-grew); every step stays inside the true D, so each k it puts in D(c) is needed whenever c is used,
-cycles or not, and a_c ≤ a_k is valid for the ILP. On an acyclic e-graph it is the exact D.
+D(c), the classes every acyclic derivation of class c contains: any fixpoint G of
+G(c) = {c} ∪ ⋂_{i ∈ c} ⋃_{k ∈ kids(i)} G(k) satisfies G(c) ⊆ T(c) for every acyclic derivation T
+of c (by induction over T, children first: G(x) ⊆ {x} ∪ ⋃ G(kids of the node T chose) ⊆ T(x)),
+so the greatest fixpoint, computed here from G = every class downwards (bitsets, a worklist that
+revisits the users of a class whose set shrank), is the exact D, on cyclic e-graphs too: a cycle
+that only leads back to itself adds nothing to the intersection. (The least fixpoint from
+G(c) = {c} is valid as well but blind behind cycles: on TENSAT's cyclic VGG-19 e-graph, where
+x = proj(split(concat(y, x))) lets a value stand on itself, only the greatest one sees that every
+derivation of the classifier's input needs the convolutions.) Every k ∈ D(c) is needed whenever c
+is used, so a_c ≤ a_k is valid for the ILP.
 
 The LP relaxation of the ILP (DESIGN §6) spreads a class over many candidates that use different
 children, paying a fraction of each: on NasNet-A's TENSAT-schedule e-graph its bound is 560
@@ -31,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from ..kernels import kernel
-from .ocf import _popcount
+from .ocf import _popcount, _scc_rank
 from .problem import ExtractionProblem
 
 MAX_BYTES = 128 * 1024 * 1024      # bitsets larger than this are not built (no rows)
@@ -46,17 +50,18 @@ def _bit_index(low):
 
 @njit(cache=True)
 def _dominated(node_class, child_start, child_class, class_start, class_nodes, n_classes):
-    """(D, lo, hi): the least fixpoint as bitsets, D[c] nonzero only in words [lo[c], hi[c])."""
+    """(D, lo, hi): the greatest fixpoint as bitsets, D[c] nonzero only in words [lo[c], hi[c])
+    (see the module docstring). Classes are first evaluated children first (strongly connected
+    components in Tarjan's order), then their users again whenever their set shrank."""
     C = np.int64(n_classes)
     W = (C + 63) // 64
-    D = np.zeros((C, W), np.uint64)
-    lo = np.zeros(C, np.int64)          # nonzero words of D[c] lie in [lo, hi)
-    hi = np.zeros(C, np.int64)
     one = np.uint64(1)
-    for c in range(C):
-        D[c, c >> 6] = one << np.uint64(c & 63)
-        lo[c] = c >> 6
-        hi[c] = lo[c] + 1
+    full = ~np.uint64(0)
+    D = np.full((C, W), full, np.uint64)
+    if C % 64:
+        D[:, W - 1] = (one << np.uint64(C % 64)) - one
+    lo = np.zeros(C, np.int64)          # nonzero words of D[c] lie in [lo, hi)
+    hi = np.full(C, W, np.int64)
     # users: class -> classes of the nodes that use it
     ustart = np.zeros(C + 1, np.int64)
     for e in range(child_class.size):
@@ -74,8 +79,9 @@ def _dominated(node_class, child_start, child_class, class_start, class_nodes, n
     uni = np.zeros(W, np.uint64)
     queue = np.empty(C, np.int64)
     inq = np.ones(C, np.bool_)
-    for c in range(C):
-        queue[c] = c
+    order = np.argsort(_scc_rank(child_start, child_class, class_start, class_nodes, C))
+    for t in range(C):
+        queue[t] = order[t]
     head = np.int64(0)
     size = C
     while size > 0:
@@ -119,17 +125,26 @@ def _dominated(node_class, child_start, child_class, class_start, class_nodes, n
             else:
                 for w in range(ilo, ihi):
                     inter[w] &= uni[w]
-        grew = False
-        for w in range(ilo, ihi):
-            x = inter[w] & ~D[c, w]
+        cw = c >> 6
+        cb = one << np.uint64(c & 63)
+        # the new set: inter over [ilo, ihi) (empty elsewhere) plus c; it only ever shrinks
+        changed = False
+        nlo = W
+        nhi = np.int64(0)
+        for w in range(lo[c], hi[c]):
+            x = inter[w] if ilo <= w < ihi else np.uint64(0)
+            if w == cw:
+                x |= cb
+            if x != D[c, w]:
+                D[c, w] = x
+                changed = True
             if x:
-                D[c, w] |= x
-                grew = True
-                if w < lo[c]:
-                    lo[c] = w
-                if w + 1 > hi[c]:
-                    hi[c] = w + 1
-        if grew:
+                if w < nlo:
+                    nlo = w
+                nhi = w + 1
+        lo[c] = nlo
+        hi[c] = nhi
+        if changed:
             for q in range(ustart[c], ustart[c + 1]):
                 u = users[q]
                 if not inq[u]:
@@ -342,14 +357,23 @@ def _closure(D, lo, hi, node_class, child_start, child_class, class_start, class
     return ck[:R].copy(), start[:R + 1].copy(), members[:used].copy()
 
 
-@kernel("Tuple((i8[:, ::1], i8[:, ::1], i8[::1], i8[::1], b1[::1],))(i4[::1], i4[::1], "
-        "i4[::1], i4[::1], i4[::1], i4[::1], i8, i8)")
+@kernel("Tuple((i8[:, ::1], i8[:, ::1], i8[::1], i8[::1], b1[::1], b1[::1],))(i4[::1], "
+        "i4[::1], i4[::1], i4[::1], i4[::1], i4[::1], i8, i8)")
 def _rows(node_class, child_start, child_class, class_start, class_nodes, roots, n_classes,
           max_entries):
-    """The class rows (pairs), the closure rows (pairs, CSR start, candidates) and the classes
-    every selection uses (in D(r) of a root r)."""
+    """The class rows (pairs), the closure rows (pairs, CSR start, candidates), the classes
+    every selection uses (in D(r) of a root r) and the candidates that need their own class
+    (c ∈ D(k) for a child k: in no acyclic selection)."""
     D, lo, hi = _dominated(node_class, child_start, child_class, class_start, class_nodes,
                            n_classes)
+    circular = np.zeros(node_class.size, np.bool_)
+    one = np.uint64(1)
+    for i in range(node_class.size):
+        c = node_class[i]
+        for e in range(child_start[i], child_start[i + 1]):
+            if (D[child_class[e], c >> 6] >> np.uint64(c & 63)) & one:
+                circular[i] = True
+                break
     mandatory = np.zeros(n_classes, np.bool_)
     for r in roots:
         for w in range(lo[r], hi[r]):
@@ -361,7 +385,7 @@ def _rows(node_class, child_start, child_class, class_start, class_nodes, roots,
     pairs = _covers(D, lo, hi, n_classes)
     ck, start, members = _closure(D, lo, hi, node_class, child_start, child_class, class_start,
                                   class_nodes, n_classes, max_entries)
-    return pairs, ck, start, members, mandatory
+    return pairs, ck, start, members, mandatory, circular
 
 
 @dataclass(frozen=True)
@@ -373,6 +397,7 @@ class DominatorRows:
     closure_start: np.ndarray   # int64[Q + 1]
     closure_nodes: np.ndarray   # int64[...]
     mandatory: np.ndarray       # bool[C]: classes every selection uses
+    circular: np.ndarray        # bool[N]: candidates that need their own class (never usable)
 
 
 def dominator_rows(problem: ExtractionProblem, max_entries: int = MAX_CLOSURE_ENTRIES
@@ -384,8 +409,9 @@ def dominator_rows(problem: ExtractionProblem, max_entries: int = MAX_CLOSURE_EN
         e = np.zeros((0, 2), np.int64)
         mandatory = np.zeros(C, bool)
         mandatory[problem.roots] = True
-        return DominatorRows(e, e, np.zeros(1, np.int64), np.zeros(0, np.int64), mandatory)
-    pairs, ck, start, nodes, mandatory = _rows(
+        return DominatorRows(e, e, np.zeros(1, np.int64), np.zeros(0, np.int64), mandatory,
+                             np.zeros(problem.n_nodes, bool))
+    pairs, ck, start, nodes, mandatory, circular = _rows(
         problem.node_class, problem.child_start, problem.child_class, problem.class_start,
         problem.class_nodes, problem.roots, C, int(max_entries))
-    return DominatorRows(pairs, ck, start, nodes, mandatory)
+    return DominatorRows(pairs, ck, start, nodes, mandatory, circular)

@@ -368,16 +368,16 @@ def _round(node_class, cost, kstart, kids, alive, gone, fixed, rep, is_root, cla
 
 
 @kernel("Tuple((b1[::1], f8[::1], i8[::1], i4[::1], i8[::1], i8[::1], i8,))(i4[::1], f8[::1], "
-        "i4[::1], i4[::1], i4[::1], i4[::1], i4[::1], i8, i8)")
+        "i4[::1], i4[::1], i4[::1], i4[::1], i4[::1], b1[::1], i8, i8)")
 def _simplify(node_class, node_cost, child_start, child_class, class_start, class_nodes, roots,
-              n_classes, max_rounds):
+              drop, n_classes, max_rounds):
     """The simplifications to a fixpoint: (alive node mask, node costs with absorbed costs,
     child lists (CSR, sorted, without duplicates), fixed node per removed class (-1 for the
     classes kept or dropped), the dominator of each node dropped as dominated (-1 for the
     others), rounds)."""
     N = node_class.size
     C = n_classes
-    alive = np.ones(N, np.bool_)
+    alive = ~drop
     cost = node_cost.copy()
     kstart = np.zeros(N + 1, np.int64)
     kids = np.empty(child_class.size, np.int32)
@@ -456,12 +456,16 @@ class Simplified:
         return None if np.any(on & (out < 0)) else out
 
 
-def simplify(problem: ExtractionProblem, max_rounds: int = 50) -> Simplified:
-    """The problem after the circuit simplifications (see the module docstring)."""
+def simplify(problem: ExtractionProblem, max_rounds: int = 50,
+             drop: np.ndarray | None = None) -> Simplified:
+    """The problem after the circuit simplifications (see the module docstring); `drop`: nodes
+    known to be in no acyclic selection, dropped first (bool per candidate)."""
     C = problem.n_classes
+    drop = np.zeros(problem.n_nodes, np.bool_) if drop is None else \
+        np.ascontiguousarray(drop, np.bool_)
     alive, cost, kstart, kids, fixed, rep, rounds = _simplify(
         problem.node_class, problem.node_cost, problem.child_start, problem.child_class,
-        problem.class_start, problem.class_nodes, problem.roots, C, max_rounds)
+        problem.class_start, problem.class_nodes, problem.roots, drop, C, max_rounds)
     node_orig = np.flatnonzero(alive).astype(np.int64)
     kept = np.zeros(C, bool)
     kept[problem.node_class[node_orig]] = True

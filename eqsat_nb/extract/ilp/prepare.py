@@ -17,6 +17,9 @@ from ..simplify import Simplified, simplify
 from .selection import _arrays, _valid_cost
 
 
+MAX_ROUNDS = 8          # of simplification after dropping nodes that need their own class
+
+
 @dataclass
 class Prepared:
     simplified: Simplified
@@ -30,10 +33,15 @@ class Prepared:
 def prepare(problem: ExtractionProblem, warm_start: np.ndarray | None) -> Prepared:
     """The problem as the solve takes it (`warm_start`: a valid selection of `problem`)."""
     t0 = time.perf_counter()
-    simp = simplify(problem)
-    small = simp.problem
+    drop = np.zeros(problem.n_nodes, bool)
+    for _ in range(MAX_ROUNDS):     # candidates that need their own class go, then simplify again
+        simp = simplify(problem, drop=drop)
+        small = simp.problem
+        dom = dominator_rows(small)
+        if not dom.circular.any():
+            break
+        drop[simp.node_orig[dom.circular]] = True
     P = _arrays(small)
-    dom = dominator_rows(small)
     P.update(dominators=dom.pairs, closure=dom.closure, closure_start=dom.closure_start,
              closure_nodes=dom.closure_nodes)
     ws = None if warm_start is None else simp.restrict(warm_start)
@@ -44,6 +52,7 @@ def prepare(problem: ExtractionProblem, warm_start: np.ndarray | None) -> Prepar
     kept = set(simp.class_orig[small.roots].tolist())
     feasible = all(simp.fixed[r] >= 0 for r in problem.roots if r not in kept)
     stats = {"classes": small.n_classes, "nodes": small.n_nodes, "rounds": simp.rounds,
+             "circular": int(drop.sum()),
              "dominator_pairs": int(len(dom.pairs)), "closure_rows": int(len(dom.closure)),
              "layers": [int(part.problem.n_classes) for part in parts],
              "seconds": round(time.perf_counter() - t0, 3)}

@@ -316,14 +316,27 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
         else:
             inc.offer(sel)
 
+    cut_now = [False]       # a run interrupted to cut the cycles of an incumbent it reported
+
+    def progress(primal: float, bound: float) -> bool:
+        """The stop rules; and a cyclic incumbent ends the run at once: its cycles are cut and
+        the model re-solved (HiGHS has no lazy constraints), instead of HiGHS spending the rest
+        of its time on a relaxation whose answers are all cyclic."""
+        if watch is not None and watch.observe(primal, bound):
+            return True
+        if seen_cycles:
+            cut_now[0] = True
+            return True
+        return False
+
     while True:
         if time.perf_counter() >= deadline:
             break
         if m.ncol:
             start = m.start_vector(inc.choice) if inc.choice is not None else None
+            cut_now[0] = False
             kind, ms, colv, db, again = run_checked(
-                m.h, m.obj, start, deadline, on_improving=improving,
-                on_progress=None if watch is None else watch.observe)
+                m.h, m.obj, start, deadline, on_improving=improving, on_progress=progress)
             rounds += 1
             resolves += again
             if bounds:
@@ -340,7 +353,9 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
             colv = np.zeros(0)
         sel = m.selection(colv)
         cyc = _find_cycles(P, sel)
-        if not cyc:
+        if not cyc and cut_now[0] and seen_cycles and not (watch is not None and watch.stopped):
+            inc.offer(sel)              # interrupted to cut what HiGHS reported: go on
+        elif not cyc:
             v = _valid_cost(P, sel)
             if v is None or (m.ncol and v > float(m.obj @ colv) + _tol(inc.cost)):
                 status = "inconsistent"     # an acyclic model solution is a valid selection
