@@ -168,6 +168,9 @@ def test_continuing_past_zero_value_decisions_reaches_the_node_limit_and_is_no_w
     the limit exactly where patience 1 stops.)"""
     model = AnalyticCostModel("a100")
     kw = dict(budget=4, node_limit=900, final_extract="ilp", seed=2)
+    # TASO's rules, which the seed and limits were chosen for (rules/transformer.rules' actions
+    # never apply on NasRNN's 2-D matmuls but change the random rollouts)
+    rules = [r for r in rules if not (r.file or "").endswith("transformer.rules")]
     eg_stop, stop = _mcts("nasrnn", rules, model, continue_on_zero=False, **kw)
     eg_go, go = _mcts("nasrnn", rules, model, zero_patience=None, **kw)
     assert stop.stop_reason == "no improving action"

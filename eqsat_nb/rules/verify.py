@@ -1,8 +1,10 @@
 """Numeric soundness check of rules with the reference interpreter.
 
 For every rule and each direction it is applied in, the variables of the source pattern(s) are
-instantiated several times ("draws") with shapes (ranks 1-4, sizes mostly 1-6) and attribute
-values that make the sources and the `where` conditions valid. Instantiations come from a small
+instantiated several times ("draws") with shapes (ranks 1-4, sizes mostly 1-6; so batched
+matmuls meet rank-2 weights and batch dims of 1 that broadcast) and attribute values (a `shape`
+attribute from the shapes in play and their neighbours) that make the sources and the `where`
+conditions valid. Instantiations come from a small
 randomized search: a backtracking seed (variables assigned in order of first appearance; every
 source node is checked with the operator table's shape functions, and every condition evaluated,
 as soon as all its variables are set; restarts with doubling budgets), then a random walk that
@@ -278,6 +280,11 @@ class _Search:
         else:
             values = list(_BY_NAME.get(spec.name, _BY_KIND.get(spec.kind, ())))
         self.rng.shuffle(values)
+        if spec.name == "shape":            # a broadcast's or reshape's target: a shape in play
+            known = sorted(set(self._known_shapes()))   # (e.g. the activation a weight meets)
+            near = [s for s in self._variants(known) if s not in known]
+            self.rng.shuffle(known)
+            values = known + near[:40] + values
         return values
 
     # -- the seed: backtracking
