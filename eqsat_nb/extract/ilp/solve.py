@@ -128,7 +128,7 @@ def _solve(P: dict, opts: dict) -> dict:
     stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3),
                                 "inherited_cuts": inherited}
     watch = _Progress(lambda: inc.cost, stall, start=c0, gap=stop_gap)
-    loop = _cut_loop(P, m, inc, deadline, watch=watch)
+    loop = _cut_loop(P, m, inc, deadline, watch=watch, also=opts.get("outer"))
     inc.timeline += [(wall0 + t, "bound", low) for t, low in zip(watch.ts, watch.lows)
                      if np.isfinite(low)]       # the full model's bounds as HiGHS reported them
     trajectory.append({"phase": "full", "start": round(t - t0, 3)} | watch.record())
@@ -227,6 +227,22 @@ def _solve_layers(P: dict, opts: dict) -> dict:
         return hear
 
     report()
+    # the stall and gap rules on the sum over the layers (each layer keeps the gap rule for
+    # itself, so that one within the gap leaves its time to the others)
+    outer = _Progress(lambda: sum(b[1] for b in best), float(opts.get("stall", 0.0)),
+                      gap=float(opts.get("stop_gap", 0.0)))
+    source = [part.get("twin", -1) if part.get("twin", -1) >= 0 else j
+              for j, part in enumerate(parts)]
+
+    def rules(j: int) -> Callable[[float, float], bool]:
+        def observe(primal: float, bound: float) -> bool:
+            low = max(bound, best[j][2])
+            total_low = sum(low if source[t] == j else best[source[t]][2]
+                            for t in range(len(parts)))
+            total_up = sum(min(primal, b[1]) if t == j else b[1] for t, b in enumerate(best))
+            return outer.observe(total_up, total_low)
+        return observe
+
     results: list[dict | None] = [None] * len(parts)
     weight = [0 if part.get("twin", -1) >= 0 else int(part["P"]["node_class"].size)
               for part in parts]
@@ -240,7 +256,7 @@ def _solve_layers(P: dict, opts: dict) -> dict:
             share = max(left, 0.0) * weight[j] / max(sum(weight[t] for t in todo
                                                          if t >= j), 1)
             lopts = dict(opts, time_limit=share, wall_deadline=time.time() + share,
-                         warm_start=best[j][0], emit=heard(j),
+                         warm_start=best[j][0], emit=heard(j), stall=0.0, outer=rules(j),
                          highs=LAYER_HIGHS | dict(opts.get("highs") or {}))
             r = _solve(parts[j]["P"], lopts)
             r["events"] = (results[j] or {}).get("events", []) + r.get("events", [])
@@ -250,6 +266,8 @@ def _solve_layers(P: dict, opts: dict) -> dict:
             if r["choice"] is not None and r["cost"] <= best[j][1]:
                 best[j][:2] = [np.asarray(r["choice"], np.int64), float(r["cost"])]
             best[j][2] = max(best[j][2], min(float(r["bound"]), best[j][1]))
+            if outer.stopped:
+                break
         for i, part in enumerate(parts):        # a layer identical to an earlier one: its answer
             j = part.get("twin", -1)
             if j < 0 or results[j] is None:
@@ -265,6 +283,8 @@ def _solve_layers(P: dict, opts: dict) -> dict:
                 results[i] = dict(results[j], optimal=False, status="time_limit",
                                   stats={"twin_of": j})
         report()
+        if outer.stopped:
+            break
     results = [r if r is not None else {"status": "time_limit", "optimal": False, "cuts": 0}
                for r in results]
     events = []
@@ -281,6 +301,8 @@ def _solve_layers(P: dict, opts: dict) -> dict:
     status = next(s for s in _WORST if s in statuses) if statuses else "optimal"
     optimal = all(r["optimal"] for r in results)
     optimal = optimal and all(b[1] - b[2] <= _tol(b[1]) for b in best)
+    if outer.stopped and not optimal:
+        status = outer.stopped          # the rules saw the whole problem stall or within gap
     return {"choice": assemble(), "cost": sum(b[1] for b in best),
             "bound": sum(b[2] for b in best), "cuts": sum(r.get("cuts", 0) for r in results),
             "status": "optimal" if optimal else status, "optimal": optimal,
@@ -294,7 +316,8 @@ def _solve_layers(P: dict, opts: dict) -> dict:
 
 
 def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bool = True,
-              watch: _Progress | None = None) -> dict:
+              watch: _Progress | None = None,
+              also: Callable[[float, float], bool] | None = None) -> dict:
     """Solve `m` until its incumbent is acyclic (lazy cycle cuts), the deadline passes, HiGHS
     stops or one of `watch`'s rules stops it (status "stalled" or "within_gap"), offering every
     acyclic solution it sees to `inc` (and, with `bounds`, HiGHS's dual bounds: only the full
@@ -323,6 +346,8 @@ def _cut_loop(P: dict, m: "_Model", inc: _Incumbent, deadline: float, bounds: bo
         the model re-solved (HiGHS has no lazy constraints), instead of HiGHS spending the rest
         of its time on a relaxation whose answers are all cyclic."""
         if watch is not None and watch.observe(primal, bound):
+            return True
+        if also is not None and also(primal, bound):    # the layers' rules (_solve_layers)
             return True
         if seen_cycles:
             cut_now[0] = True
