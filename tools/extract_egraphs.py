@@ -67,6 +67,8 @@ SPECS: dict[str, Spec] = {
     "bert_tensat": Spec("bert", filter_cycles=False, tensat=True, note="TENSAT, cyclic"),
     "nasneta_tensat": Spec("nasneta", filter_cycles=False, tensat=True, note="TENSAT, cyclic"),
     "nasrnn_tensat": Spec("nasrnn", filter_cycles=False, tensat=True, note="TENSAT, cyclic"),
+    "vgg19_tensat": Spec("vgg19", filter_cycles=False, tensat=True,
+                         note="TENSAT, cyclic, 3 000 nodes (TENSAT's published VGG: 2 726)"),
     # with k_multi 2 BERT saturates at 12 000 nodes and NasNet-A stops at 9 000 (15 iterations);
     # k_multi 3 reaches TENSAT's published sizes (BERT 20 000 nodes / 7 300 classes, NasNet-A
     # 43 000 nodes) and the node limit
