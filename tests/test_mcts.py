@@ -19,8 +19,10 @@ from eqsat_nb.ir.builder import GraphBuilder
 from eqsat_nb.ir.interp import run
 from eqsat_nb.ir.parse import load
 from eqsat_nb.rules.parse import load_rules, parse_rules
-from eqsat_nb.search.mcts import (Context, Job, MctsOptions, Node, Pricer, State, _expand,
-                                  masked_costs, mcts_optimize, run_simulations)
+from eqsat_nb.search.mcts import MctsOptions, mcts_optimize
+from eqsat_nb.search.mcts_tree import (Context, Node, Pricer, State, _expand, masked_costs,
+                                       run_simulations)
+from eqsat_nb.search.mcts_workers import Job
 from eqsat_nb.search.saturate import Limits, compile_rules, saturate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,8 @@ from ..errors import TirError
 from ..ir.graph import Graph, Node
 from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
 from .exporter import _Writer
-from .importer import OnnxImport, default_opset
+from .importer import default_opset
+from .read import OnnxImport
 from .names import unique
 from .tidy import compact_concat, flatten_splits
 
@@ -251,7 +252,7 @@ class _Splicer:
             self.pending.discard(v)
             name, shape = self.compact[v]
             if shape != w.types[v].shape:
-                w.add("Expand", [name, w.ints(self.fresh("shape"), w.types[v].shape)],
+                w.add("Expand", [name, w.named_ints(self.fresh("shape"), w.types[v].shape)],
                       [w.name[v]])
             else:
                 w.add("Identity", [name], [w.name[v]])
@@ -338,7 +339,7 @@ class _Splicer:
             vector = self.full(rs.inputs[0])         # the bias vector the model had
         else:
             vector = self.fresh("bias")
-            w.add("Reshape", [name, w.ints(self.fresh("shape"), [channels])], [vector])
+            w.add("Reshape", [name, w.named_ints(self.fresh("shape"), [channels])], [vector])
         x, k = c.inputs
         xt, kt = w.types[x], w.types[k]
         w.add("Conv", [self.full(x), self.full(k), vector], [w.name[node.results[0]]],
