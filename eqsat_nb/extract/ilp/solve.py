@@ -301,7 +301,7 @@ def _solve_layers(P: dict, opts: dict) -> dict:
     status = next(s for s in _WORST if s in statuses) if statuses else "optimal"
     optimal = all(r["optimal"] for r in results)
     optimal = optimal and all(b[1] - b[2] <= _tol(b[1]) for b in best)
-    if outer.stopped and not optimal:
+    if outer.stopped and not optimal and status not in ("infeasible", "inconsistent"):
         status = outer.stopped          # the rules saw the whole problem stall or within gap
     return {"choice": assemble(), "cost": sum(b[1] for b in best),
             "bound": sum(b[2] for b in best), "cuts": sum(r.get("cuts", 0) for r in results),

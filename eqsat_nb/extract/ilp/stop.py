@@ -137,9 +137,11 @@ class _Progress:
         return low - low0 < STALL_CLOSE * gap0
 
     def _within_gap(self, t: float, checked: float, low: float) -> bool:
-        """The gap rule at time t on the checked cost and the bound."""
+        """The gap rule at time t on the checked cost and the bound. A bound above the checked
+        cost proves nothing (the solve calls that inconsistent): the rule waits."""
         if not (math.isfinite(checked) and math.isfinite(low)) or \
-                checked - low > self.gap * max(abs(checked), 1e-9):
+                checked - low > self.gap * max(abs(checked), 1e-9) or \
+                low > checked + _tol(checked):
             return False
         since = self.first if self.improved is None else max(self.first, self.improved)
         return t - since >= GAP_WAIT
