@@ -25,34 +25,17 @@ def session_options(threads: int = 1) -> Any:
     return so
 
 
-def too_big(model: Any) -> bool:
-    """Whether `model` must go through a file with external data: over PROTOBUF_LIMIT, or so
-    large that protobuf cannot even size it (upb's ByteSize raises EncodeError past 2 GB)."""
-    from google.protobuf.message import EncodeError
-
-    try:
-        return model.ByteSize() >= PROTOBUF_LIMIT
-    except EncodeError:
-        return True
-
-
 def session(model: Any, threads: int = 1) -> Any:
-    """A CPU inference session for an `onnx.ModelProto` (left as it was: onnx's save_model
-    moves the weights it writes out of the model, so they are read back)."""
+    """A CPU inference session for an `onnx.ModelProto`."""
     import onnxruntime as ort
 
     so = session_options(threads)
-    if not too_big(model):
+    from .onnx_io.external import needs_external, save_split
+
+    if not needs_external(model):
         return ort.InferenceSession(model.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
-    import onnx
-    from onnx.external_data_helper import load_external_data_for_model
-
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:       # the model in memory stays as it is
         path = Path(tmp) / "model.onnx"
-        onnx.save_model(model, str(path), save_as_external_data=True,
-                        all_tensors_to_one_file=True, location="model.onnx.data")
-        try:
-            return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        finally:
-            load_external_data_for_model(model, tmp)
+        save_split(model, path)
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
