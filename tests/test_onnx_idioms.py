@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat_nb.errors import TirError
+from eqsat_nb.ir.opaque import decode_node
 from eqsat_nb.onnx_io import import_onnx, read_onnx
 from eqsat_nb.onnx_io.compare import compare, inputs_for
 from eqsat_nb.onnx_io.splice import splice
@@ -223,7 +224,9 @@ def test_computed_pads_and_resize_with_empty_roi():
     r = check(m, ops=["pad"], no_opaque={"Pad", "Mod", "Concat"})
     (rs,) = [n for n in r.graph.nodes if n.op == "opaque"]
     assert rs.attr["op"] == "Resize" and rs.types[0].shape == (1, 2, 10, 8)
-    assert rs.attr["opset"] == 13           # Resize-11's required empty roi/scales as ""
+    assert rs.attr["opset"] == 11           # kept in the model's opset, with the empty roi
+    stored = decode_node(rs.attr)           # and scales Resize-11 requires (never "")
+    assert list(stored.input) == ["i0", "empty:1:0", "empty:1:0", "i1"]
 
 
 def test_resize_upsample_forms():

@@ -27,7 +27,8 @@ import numpy as np
 from ..errors import TirError
 from ..ir.graph import Graph, Node, TensorType
 from ..ir.interp import _positive_weights, enlarge, merge, random_tensor
-from ..ir.opaque import (DEFAULT_OPSET, DTYPE_TO_ONNX, IR_VERSION, NP_DTYPES, decode_node)
+from ..ir.opaque import (DEFAULT_OPSET, DTYPE_TO_ONNX, EMPTY, IR_VERSION, NP_DTYPES, decode_node,
+                         empty_tensor)
 
 WEIGHTS_KEY = "eqsat-nb.weights"
 EXTERNAL_BYTES = 1_500_000_000
@@ -293,6 +294,12 @@ class _Writer:
                      [padded[-1]], mode="constant")
         self.add("Concat", padded, [r], axis=0)
 
+    def empty(self, out: str, placeholder: str) -> str:
+        """A Constant for a zero-size input an opaque node carries (see ir/opaque.py)."""
+        self.nodes.append(self.h.make_node("Constant", [], [out],
+                                           value=empty_tensor(out, placeholder)))
+        return out
+
     def fold(self, node: Node, arr: np.ndarray, r: str) -> None:
         arr = np.ascontiguousarray(arr.astype(NP_DTYPES[node.types[0].dtype], copy=False))
         self.values[node.results[0]] = arr
@@ -301,9 +308,11 @@ class _Writer:
     def opaque(self, node: Node, ins: list[str]) -> None:
         proto = decode_node(node.attr)
         it = iter(ins)
-        names = [next(it) if i else "" for i in proto.input]
         ot = iter(node.results)
         outs = [self.name[next(ot)] if o else "" for o in proto.output]
+        base = next((o for o in outs if o), "opaque")
+        names = [self.empty(f"{base}#in{k}", i) if i.startswith(EMPTY) else next(it) if i else ""
+                 for k, i in enumerate(proto.input)]
         del proto.input[:]
         del proto.output[:]
         proto.input.extend(names)

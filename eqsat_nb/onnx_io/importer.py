@@ -477,8 +477,12 @@ class _Importer:
         self.consts[node.output[0]] = _Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
-        node, opset = self.drop_empty_inputs(node)
-        ins = [self.val(v, node) for v in node.input if v]
+        from .opaque_inputs import stored_inputs
+
+        domain = node.domain if node.domain != "ai.onnx" else ""
+        opset = self.opsets.get(domain, self.opsets.get("ai.onnx" if not domain else domain, 1))
+        flags = stored_inputs(node, self.empty_const, opset)
+        ins = [self.val(v, node) for v, f in zip(node.input, flags) if f is True]
         ins += [self.val(v, node) for v in implicit_inputs(node)]   # read by If/Loop bodies
         outs = [v for v in node.output if v]
         types = []
@@ -488,12 +492,8 @@ class _Importer:
                                f"{_TYPE_NAMES.get(self.bad_types[v], self.bad_types[v])}, which "
                                f"the IR cannot hold", node)
             types.append(self.type_of(v, node))
-        domain = node.domain if node.domain != "ai.onnx" else ""
-        attrs = {"op": node.op_type, "domain": domain,
-                 "opset": opset or self.opsets.get(domain, self.opsets.get(
-                     "ai.onnx" if not domain else domain, 1)),
-                 "onnx": encode_node(node, [bool(v) for v in node.input],
-                                     [bool(v) for v in node.output])}
+        attrs = {"op": node.op_type, "domain": domain, "opset": opset,
+                 "onnx": encode_node(node, flags, [bool(v) for v in node.output])}
         names = [self.ssa_for(v) for v in outs]
         if names:
             self.before(names[0])
@@ -503,38 +503,12 @@ class _Importer:
             raise self.err(e.message, node) from None
         self.defined.update(outs)
 
-    def drop_empty_inputs(self, node: Any) -> tuple[Any, int | None]:
-        """An empty constant fed to an optional input (Resize's roi and scales as torch writes
-        them) means the input is absent: the IR holds no zero-size tensors, so it is left out.
-        Resize-11/12 require roi and scales (empty when unused); it is kept as a Resize-13, which
-        computes the same and takes "" for them. Returns the node and the opset it is kept at
-        (None: the model's)."""
-        empty = [k for k, v in enumerate(node.input)
-                 if v and v in self.consts and v not in self.defined
-                 and self.consts[v].value.size == 0 and v not in self.meta_weight_inputs]
-        if not empty:
-            return node, None
-        import onnx
-        from onnx import defs
-        opset = None
-        if node.op_type == "Resize" and node.domain in ("", "ai.onnx") and self.opset in (11, 12):
-            opset = 13
-        try:
-            schema = defs.get_schema(node.op_type, opset or self.opset, node.domain or "")
-        except Exception:    # noqa: BLE001 - no schema: leave it (the error names the value)
-            return node, None
-        for k in empty:
-            formal = schema.inputs[min(k, len(schema.inputs) - 1)] if schema.inputs else None
-            if formal is None or formal.option != defs.OpSchema.FormalParameterOption.Optional:
-                raise self.err(f"input '{node.input[k]}' is an empty tensor, which the IR cannot "
-                               f"hold (the operator needs it at opset {self.opset})", node)
-        copy = onnx.NodeProto()
-        copy.CopyFrom(node)
-        for k in empty:
-            copy.input[k] = ""
-        while copy.input and not copy.input[-1]:
-            del copy.input[-1]
-        return copy, opset
+    def empty_const(self, v: str) -> np.ndarray | None:
+        """The value of `v` if it is a zero-size constant (which the IR cannot hold)."""
+        c = self.consts.get(v)
+        if c is None or v in self.defined or v in self.meta_weight_inputs or c.value.size:
+            return None
+        return c.value
 
     # ------------------------------------------------------------------ patterns
     def single_use(self, v: str) -> bool:
