@@ -1,8 +1,9 @@
 """ONNX model → IR Graph plus weight values.
 
 Types come from `onnx.shape_inference` (with data propagation) after symbolic input dimensions are
-fixed (`input_shapes` by input, `dims` by dim_param, else DEFAULT_DIM: reported in
-`OnnxImport.symbolic`/`defaulted`, never silently). Shape computations are then folded (fold.py):
+fixed (`input_shapes` by input, `dims` by dim_param, else DEFAULT_DIM, or where that size is
+degenerate one symbolic.py finds: reported in `OnnxImport.symbolic`/`defaulted`/`size_note`, never
+silently). If/Loop/Scan outputs get their shapes from their subgraphs (control_flow.py). Shape computations are then folded (fold.py):
 a node whose inputs are all constants, or a Shape of a known shape, gives a constant, and an If
 with a constant condition is replaced by its branch. Initializers, Constant nodes and folded
 values are constants: one used as a data operand becomes a `weight` node (placed where the
@@ -36,6 +37,7 @@ from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE, encode_node, implicit_inputs
 from ..ir.shapes import window_pads
 from .exporter import WEIGHTS_KEY
 from .names import unique
+from .symbolic import DegenerateShape, import_at_working_sizes
 
 DEFAULT_DIM = 1          # size given to a symbolic dimension (e.g. the batch) not named in `dims`
 _SMALL = 4096            # constants up to this many elements take part in shape inference
@@ -67,8 +69,12 @@ def _dtype(elem: int, what: str) -> str:
 
 class _Importer:
     def __init__(self, model: Any, source: str, dims: Mapping[str, int],
-                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                 sizes: Mapping[str, int] | None = None) -> None:
         self.source = source
+        self.sizes = dict(sizes or {})     # free symbol → size to analyse it at (symbolic.py)
+        self.free_symbols: dict[str, list[tuple[str, int]]] = {}   # symbol → (input, axis)
+        self.size_note = ""
         self.model = model
         self.dims = dims
         self.input_shapes = dict(input_shapes or {})
@@ -119,7 +125,7 @@ class _Importer:
         return not v or (v not in self.consumers and v not in self.graph_outputs)
 
     # ------------------------------------------------------------------ errors and names
-    def err(self, msg: str, node: Any = None) -> TirError:
+    def err(self, msg: str, node: Any = None, cls: type = TirError) -> TirError:
         if node is not None:
             dom = node.domain if node.domain not in ("", "ai.onnx") else ""
             ver = self.opsets.get(dom) if dom else self.opset
@@ -127,7 +133,7 @@ class _Importer:
             label = (f"node '{node.name}' ({node.op_type}, {where})" if node.name
                      else f"{node.op_type} node ({where})")
             msg = f"{label}: {msg}"
-        return TirError(msg, file=self.source)
+        return cls(msg, file=self.source)
 
     def reserve(self, onnx_name: str) -> str:
         return unique("%" + (_sanitize(onnx_name) or "v"), self.used_names)
@@ -149,14 +155,15 @@ class _Importer:
                            f"{_TYPE_NAMES.get(self.bad_types[name], self.bad_types[name])}, which "
                            f"the IR cannot hold", node)
         if t is None and name in self.zero_size:
-            raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node)
+            raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node,
+                           DegenerateShape)
         if t is None:
             hint = ("data-dependent shapes are not supported" if not self.defaulted else
                     "it may depend on the symbolic input dims " + _dims_text(self.symbolic) +
                     ", which took the size " + str(DEFAULT_DIM) + ": give the input shapes "
                     "(--input-shape NAME=1x3x224x224 / --dim SYMBOL=VALUE)")
             raise self.err(f"the shape of '{name}' is unknown (shape inference could not derive "
-                           f"it; {hint})", node)
+                           f"it; {hint})", node, DegenerateShape)
         return t
 
     def const(self, name: str) -> np.ndarray | None:
@@ -194,7 +201,8 @@ class _Importer:
             self.used_names.add(ssa)
         dtype = _dtype(_np_elem(c.value, name, self, node), f"constant '{name}'")
         if c.value.size == 0 or any(d <= 0 for d in c.value.shape):
-            raise self.err(f"constant '{name}' has a zero-size dimension {c.value.shape}", node)
+            raise self.err(f"constant '{name}' has a zero-size dimension {c.value.shape}", node,
+                           DegenerateShape)
         self.b.weight(c.value.shape, wname, dtype, value_name=ssa)
         self.weights[wname] = c.value
         self.weight_ssa[name] = ssa
@@ -349,7 +357,9 @@ class _Importer:
                 elif x != "?" and x in self.dims:
                     dims.append(int(self.dims[x]))
                 else:
-                    dims.append(DEFAULT_DIM)
+                    symbol = x if x != "?" else f"{inp.name}[{k}]"
+                    self.free_symbols.setdefault(symbol, []).append((inp.name, k))
+                    dims.append(int(self.sizes.get(symbol, DEFAULT_DIM)))
                     free.setdefault(inp.name, set()).add(k)
             shapes[inp.name] = tuple(dims)
         self.defaulted = {k: sorted(v) for k, v in free.items()}
@@ -357,13 +367,15 @@ class _Importer:
 
     def infer_types(self) -> None:
         from . import fold
+        from .control_flow import fold_with_control_flow
 
         shapes, free = self.input_dims()
         known = {k: c.value for k, c in self.consts.items() if c.value.size <= fold.FOLD_MAX}
         try:
-            res = fold.fold_model(self.model, shapes, known, free, _SMALL)
+            res = fold_with_control_flow(self.model, shapes, known, free, _SMALL)
         except Exception as e:   # noqa: BLE001 - inference errors are of onnx's own types
-            raise self.err(f"shape inference failed: {str(e).strip().splitlines()[0]}") from None
+            raise self.err(f"shape inference failed: {str(e).strip().splitlines()[0]}",
+                           cls=DegenerateShape) from None
         if res.model is not self.model:          # If nodes with a constant condition inlined
             from onnx import numpy_helper
             self.model = res.model
@@ -477,8 +489,10 @@ class _Importer:
         self.consts[node.output[0]] = _Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
+        from .control_flow import with_constants_inside
         from .opaque_inputs import stored_inputs
 
+        node = with_constants_inside(node, self.outer_const)
         domain = node.domain if node.domain != "ai.onnx" else ""
         opset = self.opsets.get(domain, self.opsets.get("ai.onnx" if not domain else domain, 1))
         flags = stored_inputs(node, self.empty_const, opset)
@@ -502,6 +516,13 @@ class _Importer:
         except TirError as e:
             raise self.err(e.message, node) from None
         self.defined.update(outs)
+
+    def outer_const(self, v: str) -> np.ndarray | None:
+        """The value of `v` if it is a constant a subgraph may carry inside itself."""
+        c = self.consts.get(v)
+        if c is None or v in self.defined or v in self.meta_weight_inputs:
+            return None
+        return c.value
 
     def empty_const(self, v: str) -> np.ndarray | None:
         """The value of `v` if it is a zero-size constant (which the IR cannot hold)."""
@@ -1247,7 +1268,8 @@ class OnnxImport:
     Symbolic input dims: `symbolic[input]` lists the dims of every graph input that has any
     symbolic dim as written in the file (ints, dim_param names, "?" for unnamed/-1/0 dims);
     `defaulted[input]` the axes that took DEFAULT_DIM because neither `input_shapes` nor `dims`
-    gave a size (empty when the user fixed everything). `dim_dependent` are the folded values
+    gave a size (empty when the user fixed everything); `size_note` says which other sizes they
+    took where 1 was degenerate (symbolic.py; empty when all took 1). `dim_dependent` are the folded values
     that read a defaulted dim (e.g. a Reshape target computed from the batch size): a graph that
     uses any of them is only valid for that size."""
 
@@ -1260,6 +1282,7 @@ class OnnxImport:
     folded: frozenset[str] = frozenset()
     dim_dependent: frozenset[str] = frozenset()
     inlined: tuple[str, ...] = ()
+    size_note: str = ""
 
 
 def from_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
@@ -1301,9 +1324,9 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
         except (onnx.checker.ValidationError, ValueError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TirError(f"not a valid ONNX model: {msg}", file=source) from None
-    imp = _Importer(model, source, dict(dims or {}), input_shapes)
     try:
-        graph, weights = imp.run()
+        imp, (graph, weights) = import_at_working_sizes(
+            lambda sizes: _Importer(model, source, dict(dims or {}), input_shapes, sizes), model)
     except TirError as e:
         raise e if e.file else TirError(e.message, file=source) from None
     # the exported weights_as_inputs form: weights without values (drawn at random when run)
@@ -1312,7 +1335,8 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
     present = graph.types()
     ssa_of = {k: v for k, v in {**imp.value, **imp.weight_ssa}.items() if v in present}
     return OnnxImport(graph, weights, imp.model, ssa_of, dict(imp.symbolic), dict(imp.defaulted),
-                      frozenset(imp.folded), frozenset(imp.symbolic_values), tuple(imp.inlined))
+                      frozenset(imp.folded), frozenset(imp.symbolic_values), tuple(imp.inlined),
+                      imp.size_note)
 
 
 def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
