@@ -3,13 +3,13 @@
 Types come from `onnx.shape_inference` (with data propagation) after symbolic input dimensions are
 fixed (`input_shapes` by input, `dims` by dim_param, else DEFAULT_DIM, or where that size is
 degenerate one symbolic.py finds: reported in `OnnxImport.symbolic`/`defaulted`/`size_note`, never
-silently). If/Loop/Scan outputs get their shapes from their subgraphs (control_flow.py). Shape computations are then folded (fold.py):
-a node whose inputs are all constants, or a Shape of a known shape, gives a constant, and an If
-with a constant condition is replaced by its branch. Initializers, Constant nodes and folded
-values are constants: one used as a data operand becomes a `weight` node (placed where the
-exporter's metadata says, else just before its first user); one read as a static parameter (a
-Reshape's shape, a Split's sizes, ...) is only read. Old-format models that list initializers among the graph inputs import: those are
-weights, not inputs.
+silently); If/Loop/Scan outputs get theirs from their subgraphs (control_flow.py). Shape
+computations are then folded (fold.py): a node whose inputs are all constants, or a Shape of a
+known shape, gives a constant, and an If with a constant condition is replaced by its branch.
+Initializers, Constant nodes and folded values are constants: one used as a data operand becomes
+a `weight` node (placed where the exporter's metadata says, else just before its first user); one
+read as a static parameter (a Reshape's shape, a Split's sizes, ...) is only read. Old-format
+models that list initializers among the graph inputs import: those are weights, not inputs.
 
 Each ONNX node maps onto the operator table where the semantics match exactly (broadcasting made
 explicit with `broadcast`/`reshape`); anything else, including a mappable op with an attribute the
@@ -1269,9 +1269,9 @@ class OnnxImport:
     symbolic dim as written in the file (ints, dim_param names, "?" for unnamed/-1/0 dims);
     `defaulted[input]` the axes that took DEFAULT_DIM because neither `input_shapes` nor `dims`
     gave a size (empty when the user fixed everything); `size_note` says which other sizes they
-    took where 1 was degenerate (symbolic.py; empty when all took 1). `dim_dependent` are the folded values
-    that read a defaulted dim (e.g. a Reshape target computed from the batch size): a graph that
-    uses any of them is only valid for that size."""
+    took where 1 was degenerate (symbolic.py; empty when all took 1). `dim_dependent` are the
+    folded values that read a defaulted dim (e.g. a Reshape target computed from the batch
+    size): a graph that uses any of them is only valid for that size."""
 
     graph: Graph
     weights: dict[str, np.ndarray]
