@@ -100,3 +100,17 @@ def test_the_cli_writes_the_model_and_says_which_size(tmp_path, capsys):
         feeds = random_feeds(m, shapes={"input": (2, samples)})
         for a, b in zip(session(m).run(None, feeds), session(written).run(None, feeds)):
             np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_a_sequence_is_not_a_size_problem():
+    """SplitToSequence on a symbolic length: the error says the value is a sequence, at once
+    (no sizes tried: none would help)."""
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["seq"], name="/S", keepdims=0),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], name="/C", axis=0)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n"])],
+                          [helper.make_tensor_value_info("y", F, ["n"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+    with pytest.raises(TirError, match="node '/S' .*'seq' is a sequence, which the IR cannot "
+                                       "hold") as e:
+        import_onnx(m, "m.onnx")
+    assert "no size tried" not in str(e.value)

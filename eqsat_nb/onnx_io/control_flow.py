@@ -95,7 +95,7 @@ def subgraph_types(model: Any, node: Any, res: fold.Folded, types: Mapping[str, 
                    known: Mapping[str, np.ndarray], small: int, depth: int) -> dict[str, Type]:
     """Output types of one If/Loop/Scan node that its subgraphs determine (possibly none)."""
     at = {a.name: a for a in node.attribute}
-    consts = {**{k: v for k, v in known.items()}, **res.values}
+    consts = {**known, **res.values}
     ins = [types.get(v) if v else None for v in node.input]
     if node.op_type == "If":
         branches = [_body_types(model, at[b].g, [], types, consts, small, depth)
@@ -132,7 +132,7 @@ def _scan_types(model: Any, node: Any, at: dict, ins: list, types: Mapping[str, 
     body = _body_types(model, at["body"].g, formal, types, consts, small, depth)
     if body is None:
         return {}
-    outs = [o for o in node.output]
+    outs = list(node.output)
     k_out = len(outs) - n
     out_axes = list(helper.get_attribute_value(at["scan_output_axes"])) if "scan_output_axes" \
         in at else [0] * k_out

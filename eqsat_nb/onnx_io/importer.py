@@ -101,6 +101,7 @@ class _Importer:
         self.meta_names: dict[str, tuple[str, str]] = {}  # initializer → (weight name, SSA)
         self.bad_types: dict[str, int] = {}       # values of element types the IR lacks
         self.zero_size: set[str] = set()
+        self.not_tensors: dict[str, str] = {}     # value → "sequence", "map", "optional", ...
 
     def index_nodes(self, g: Any) -> None:
         self.consumers: dict[str, list[int]] = {}
@@ -154,6 +155,9 @@ class _Importer:
             raise self.err(f"'{name}' has element type "
                            f"{_TYPE_NAMES.get(self.bad_types[name], self.bad_types[name])}, which "
                            f"the IR cannot hold", node)
+        if t is None and name in self.not_tensors:
+            raise self.err(f"'{name}' is a {self.not_tensors[name]}, which the IR cannot hold (it "
+                           f"holds tensors)", node)
         if t is None and name in self.zero_size:
             raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node,
                            DegenerateShape)
@@ -392,7 +396,10 @@ class _Importer:
         g = self.model.graph
         ig = res.inferred.graph
         for vi in list(ig.input) + list(ig.value_info) + list(ig.output):
-            if vi.name in self.types or not vi.type.HasField("tensor_type"):
+            kind = vi.type.WhichOneof("value")
+            if kind not in (None, "tensor_type"):      # a sequence, map, optional, sparse tensor
+                self.not_tensors.setdefault(vi.name, kind.removesuffix("_type").replace("_", " "))
+            if vi.name in self.types or kind != "tensor_type":
                 continue
             tt = vi.type.tensor_type
             if not tt.HasField("shape") or tt.elem_type == 0:
