@@ -60,6 +60,18 @@ def test_transcendental_and_transpose_rates():
     assert m.cost(sig("transpose", x, perm=(1, 0))) > m.cost(sig("relu", x))
 
 
+@pytest.mark.parametrize("device", sorted(PROFILES))
+def test_activation_times_weight_is_one_gemm_over_the_rows(device):
+    """[B, S, H] @ [H, N] (ONNX MatMul broadcasting the weight) runs as one GEMM over B*S rows,
+    as cuBLAS and MLAS run it: priced like the flattened [B*S, H] @ [H, N], weight read once.
+    A batched product with per-batch operands stays a batched GEMM."""
+    m = AnalyticCostModel(device)
+    assert m.cost(sig("matmul", [(2, 197, 768), (768, 768)])) == pytest.approx(
+        m.cost(sig("matmul", [(394, 768), (768, 768)])))
+    batched = m.cost(sig("matmul", [(2, 197, 768), (2, 768, 768)]))
+    assert batched >= m.cost(sig("matmul", [(394, 768), (768, 768)]))
+
+
 def test_gpu_wave_quantization_rewards_merged_matmuls():
     """Three 197x768x768 matmuls take 3 x 2 waves of an A100's 108 SMs, the merged
     197x768x2304 one 5 waves: merging pays beyond the two saved launches. The CPU profile prices

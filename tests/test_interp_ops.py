@@ -181,11 +181,17 @@ def pool_ref(x, kernel, stride, pads, kind, act="none"):
 
 
 def matmul_ref(x, y):
-    *batch, m, k = x.shape
+    """Loops over the broadcast batch (ONNX MatMul: batch dims aligned from the end, 1 repeats)."""
+    m, k = x.shape[-2:]
     nn = y.shape[-1]
+    r = max(x.ndim, y.ndim)
+    xs, ys = (1,) * (r - x.ndim) + x.shape, (1,) * (r - y.ndim) + y.shape
+    x, y = x.reshape(xs), y.reshape(ys)
+    batch = [max(a, b) for a, b in zip(xs[:-2], ys[:-2])]
     out = np.zeros((*batch, m, nn))
     for bi in itertools.product(*map(range, batch)):
-        xb, yb = x[bi].tolist(), y[bi].tolist()
+        xb = x[tuple(i if d > 1 else 0 for i, d in zip(bi, xs))].tolist()
+        yb = y[tuple(i if d > 1 else 0 for i, d in zip(bi, ys))].tolist()
         for i in range(m):
             for j in range(nn):
                 out[bi + (i, j)] = sum(xb[i][p] * yb[p][j] for p in range(k))
@@ -411,7 +417,9 @@ def test_pool_fused_activation(kind, act):
 # ----------------------------------------------------------------------------------- matmul
 
 @pytest.mark.parametrize("xs,ys", [((3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)),
-                                   ((2, 2, 3, 1), (2, 2, 1, 2)), ((1, 1), (1, 1))])
+                                   ((2, 2, 3, 1), (2, 2, 1, 2)), ((1, 1), (1, 1)),
+                                   ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)),
+                                   ((2, 1, 3, 4), (3, 4, 2)), ((1, 3, 2, 4), (2, 1, 4, 3))])
 def test_matmul_against_loops_and_onnxruntime(xs, ys):
     x, y = rand(*xs, seed=16), rand(*ys, seed=17)
     got = interp_op("matmul", x, y, weights=(1,))

@@ -94,6 +94,28 @@ def test_initializers_are_weights(old_format, tmp_path):
     assert load_onnx(path)[0].inputs[0][1].shape == (1, 4)    # DEFAULT_DIM for the batch
 
 
+def test_matmul_keeps_the_weight_a_weight():
+    """A Linear as torch.onnx writes it on a [B, S, H] activation: MatMul on the rank-2
+    initializer. The IR's matmul is ONNX MatMul, so no broadcast sits between weight and matmul;
+    a rank-1 operand is reshaped to a matrix and the result back, as ONNX defines it."""
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "w")
+    v = numpy_helper.from_array(np.arange(4, dtype=np.float32), "v")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("MatMul", ["x", "v"], ["z"])],
+        "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 3]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 5])], initializer=[w, v])
+    graph, weights = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    ops = [n.op for n in graph.nodes if n.op != "weight"]
+    assert ops == ["matmul", "reshape", "matmul", "reshape"]
+    mm = next(n for n in graph.nodes if n.op == "matmul")
+    assert [graph.producers()[v].op for v in mm.inputs[1:]] == ["weight"]
+    x = np.random.default_rng(0).standard_normal((2, 5, 4)).astype(np.float32)
+    y, z = run(graph, {"%x": x, **{"@" + k: a for k, a in weights.items()}})
+    np.testing.assert_allclose(y, x @ weights["w"], rtol=1e-6)
+    np.testing.assert_allclose(z, x @ weights["v"], rtol=1e-6)
+
+
 def test_constant_nodes_and_identity():
     g = helper.make_graph(
         [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(

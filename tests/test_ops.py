@@ -28,6 +28,11 @@ VALID = [
     ("matmul", [(3, 4), (4, 5)], {}, [(3, 5)]),
     ("matmul", [(2, 3, 4), (2, 4, 6)], {"act": "relu"}, [(2, 3, 6)]),
     ("matmul", [(2, 2, 1, 4), (2, 2, 4, 1)], {}, [(2, 2, 1, 1)]),
+    # NumPy/ONNX MatMul: batch dims broadcast, ranks may differ
+    ("matmul", [(2, 3, 4), (4, 5)], {}, [(2, 3, 5)]),                  # activation @ weight
+    ("matmul", [(3, 4), (2, 4, 5)], {}, [(2, 3, 5)]),
+    ("matmul", [(2, 1, 3, 4), (5, 4, 6)], {}, [(2, 5, 3, 6)]),
+    ("matmul", [(1, 12, 7, 8), (2, 1, 8, 7)], {}, [(2, 12, 7, 7)]),
     # conv2d: SAME gives ceil(H / stride)
     ("conv2d", [(1, 3, 224, 224), (64, 3, 7, 7)], {"stride": (2, 2)}, [(1, 64, 112, 112)]),
     ("conv2d", [(1, 3, 225, 225), (64, 3, 7, 7)], {"stride": (2, 2)}, [(1, 64, 113, 113)]),
@@ -136,9 +141,11 @@ INVALID = [
     ("ewmul", [(2, 3), (2, 3, 1)], {}, "differ"),
     ("ewadd", [(2, 3), T(2, 3, dtype="f64")], {}, "element types"),
     ("matmul", [(3, 4), (5, 6)], {}, "inner dimensions"),
-    ("matmul", [(2, 3, 4), (4, 5)], {}, "equal rank"),
+    ("matmul", [(2, 3, 4), (5, 5)], {}, "inner dimensions"),
     ("matmul", [(4,), (4,)], {}, "rank >= 2"),
-    ("matmul", [(2, 3, 4), (3, 4, 5)], {}, "batch dimensions"),
+    ("matmul", [(2, 3, 4), (4,)], {}, "rank >= 2"),
+    ("matmul", [(2, 3, 4), (3, 4, 5)], {}, "batch dimensions do not broadcast"),
+    ("matmul", [(2, 2, 3, 4), (3, 4, 5)], {}, "batch dimensions do not broadcast"),
     ("conv2d", [(1, 3, 5, 5), (4, 2, 3, 3)], {}, "3 channels"),
     ("conv2d", [(1, 4, 5, 5), (3, 2, 3, 3)], {}, "3 output channels"),
     ("conv2d", [(3, 5, 5), (4, 3, 3, 3)], {}, "rank 4"),

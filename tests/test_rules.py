@@ -282,7 +282,7 @@ def test_shipped_rules_are_the_tensat_rules_they_cite(shipped_rules):
         assert set(conv.conds) <= set(r.conds), r.name
         assert (len(r.conds) > len(conv.conds)) == is_restricted, r.name
         restricted += is_restricted
-    assert restricted == 34
+    assert restricted == 44
 
 
 @needs_tensat

@@ -217,7 +217,13 @@ def gen_matmul(data):
     else:
         batch = dims(data, r - 2, r - 2, 3)
         m, k, n = (draw(data, st.integers(1, 5)) for _ in range(3))
-        x, y = batch + (m, k), maybe_perturb(data, batch + (k, n), 20)
+        yb = batch
+        if chance(data, 50):                # NumPy batch broadcasting: drop leading axes, set 1s
+            yb = batch[draw(data, st.integers(0, len(batch))):]
+            yb = tuple(1 if chance(data, 30) else d for d in yb)
+            if chance(data, 50):
+                batch, yb = yb, batch
+        x, y = batch + (m, k), maybe_perturb(data, yb + (k, n), 20)
     return [T(*x, dtype=dt), T(*y, dtype=other_dtype(data, dt))], {"act": act(data)}
 
 

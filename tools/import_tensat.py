@@ -62,8 +62,26 @@ _SWAP = ("the pieces swap partners, so the first pieces must have the same size 
          "axis (otherwise the new concats have different shapes)")
 _TRANSPOSE = ("the blocks are regrouped by rows instead of columns, so they must have matching "
               "sizes along axis 1")
+_BATCH = ("TENSAT's matmuls are 2-D; ours is ONNX MatMul, whose batch dims broadcast, so {what} "
+          "must be a matrix ({why})")
+_BATCH_CONCAT = "the concat and split axes count from the front and would miss the matrix axes"
+_BATCH_SUM = "operands of different batch shapes can give products of one shape but not add"
 
 EXTRA: dict[str, tuple[str, str]] = {
+    "converted.txt:3": ("rank(?c) == 2", _BATCH.format(what="?c", why=_BATCH_CONCAT)),
+    "converted.txt:6": ("rank(?c) == 2", _BATCH.format(
+        what="?c", why="?b and ?b @ ?c are added, so ?c must not add batch dims")),
+    "converted.txt:22": ("rank(?b) == 2", _BATCH.format(what="the shared ?b", why=_BATCH_SUM)),
+    "converted.txt:31": ("rank(?b) == 2 and rank(?c) == 2",
+                         _BATCH.format(what="?b and ?c", why=_BATCH_SUM)),
+    "converted.txt:70": ("rank(?b) == 2", _BATCH.format(what="?b", why=_BATCH_CONCAT)),
+    "converted.txt:73": ("rank(?b) == 2", _BATCH.format(what="?b", why=_BATCH_CONCAT)),
+    "converted.txt:74": ("rank(?b) == 2", _BATCH.format(what="?b", why=_BATCH_CONCAT)),
+    "converted.txt:85": ("rank(?b) == 2", _BATCH.format(what="?b", why=_BATCH_CONCAT)),
+    "converted_multi.txt:9,10": ("rank(?a) == 2 and rank(?c) == 2",
+                                 _BATCH.format(what="each operand", why=_BATCH_CONCAT)),
+    "converted_multi.txt:11,12": ("rank(?b) == 2 and rank(?c) == 2",
+                                  _BATCH.format(what="each operand", why=_BATCH_CONCAT)),
     "converted.txt:78": ("dim(?a, 1) == dim(?c, 1)", _TRANSPOSE),
     "converted.txt:120": ("dim(?a, 1) == dim(?b, 1)", _TRANSPOSE),
     "converted.txt:91": (f"dim(?x, 1) == dim(?w, 1) and dim(?y, 1) == dim(?v, 1) and {_KERNELS}",

@@ -274,6 +274,8 @@ def _gemm_shape(op: str, sig: OpSignature) -> tuple[int, int, int, int] | None:
     if op == "matmul":
         if len(a) < 2 or len(b) < 2 or len(out) < 2:
             return None
+        if len(b) == 2:                 # one weight for every batch row: a single GEMM over
+            return 1, math.prod(out[:-1]), out[-1], a[-1]   # the flattened rows (cuBLAS, MLAS)
         return math.prod(out[:-2]), out[-2], out[-1], a[-1]
     if len(a) != 4 or len(b) != 4 or len(out) != 4 or a[1] != b[1]:
         return None                     # NCHW x OIHW; grouped when a's C != the weight's I

@@ -294,17 +294,23 @@ def _ew_binary(ins: np.ndarray, out: np.ndarray) -> int:
 
 @njit(cache=True)
 def _matmul(ins: np.ndarray, out: np.ndarray) -> int:
+    """ops._matmul: ranks >= 2, inner dims equal, batch dims broadcast from the end."""
     x, y = ins[0], ins[1]
-    r = x[1]
-    if not _same_dtype(ins, np.int64(2)) or r < 2 or y[1] != r:
+    rx, ry = x[1], y[1]
+    if not _same_dtype(ins, np.int64(2)) or rx < 2 or ry < 2:
         return 0
-    for i in range(r - 2):
-        if x[3 + i] != y[3 + i]:
+    if x[3 + rx - 1] != y[3 + ry - 2]:
+        return 0
+    r = max(rx, ry)
+    _start_type(out, x[2], r)
+    for k in range(3, r + 1):              # batch axis k counted from the end (3 = last batch)
+        dx = x[3 + rx - k] if k <= rx else 1
+        dy = y[3 + ry - k] if k <= ry else 1
+        if dx != dy and dx != 1 and dy != 1:
             return 0
-    if x[3 + r - 1] != y[3 + r - 2]:
-        return 0
-    _copy_type(x, out)
-    out[3 + r - 1] = y[3 + r - 1]
+        out[3 + r - k] = dy if dx == 1 else dx
+    out[3 + r - 2] = x[3 + rx - 2]
+    out[3 + r - 1] = y[3 + ry - 1]
     return 1
 
 

@@ -2,8 +2,10 @@
 
 This table is the single source of truth for what an operator is. The parser, the graph builder,
 the e-graph (operator ids = table order), rule application (shape checks) and the cost models all
-read it. Shape functions reject invalid inputs with a `ShapeError` that names the operator; there is
-no implicit broadcasting (TASO's let unsound rewrites through): only `broadcast` broadcasts.
+read it. Shape functions reject invalid inputs with a `ShapeError` that names the operator. Element-
+wise ops do not broadcast (TASO's implicit broadcasting let unsound rewrites through): `broadcast`
+does. The one exception is `matmul`, which is ONNX/NumPy MatMul: its batch dims broadcast and the
+operands' ranks may differ, so that `[B,S,H] @ [H,N]` keeps the weight as a weight.
 """
 from __future__ import annotations
 
@@ -123,15 +125,21 @@ def _unary(ins: list[TensorType], a: dict) -> list[TensorType]:
 
 
 def _matmul(ins: list[TensorType], a: dict) -> list[TensorType]:
+    """NumPy/ONNX MatMul on operands of rank >= 2: batch dims broadcast (aligned from the end,
+    equal or 1), ranks may differ ([B,S,H] @ [H,N] is one matmul on the weight as it is)."""
     x, y = ins
     _same_dtype(ins)
-    if x.rank < 2 or x.rank != y.rank:
-        _fail(f"operands must have equal rank >= 2, got {_shape(x)} and {_shape(y)}")
-    if x.shape[:-2] != y.shape[:-2]:
-        _fail(f"batch dimensions differ: {_shape(x)} vs {_shape(y)}")
+    if x.rank < 2 or y.rank < 2:
+        _fail(f"operands must have rank >= 2, got {_shape(x)} and {_shape(y)}")
     if x.shape[-1] != y.shape[-2]:
         _fail(f"inner dimensions differ: {_shape(x)} @ {_shape(y)}")
-    return [x.with_shape(x.shape[:-1] + (y.shape[-1],))]
+    bx, by = x.shape[:-2], y.shape[:-2]
+    n = max(len(bx), len(by))
+    bx, by = (1,) * (n - len(bx)) + bx, (1,) * (n - len(by)) + by
+    if any(d != e and d != 1 and e != 1 for d, e in zip(bx, by)):
+        _fail(f"batch dimensions do not broadcast: {_shape(x)} @ {_shape(y)}")
+    batch = tuple(e if d == 1 else d for d, e in zip(bx, by))
+    return [x.with_shape(batch + (x.shape[-2], y.shape[-1]))]
 
 
 def _matmul_flops(ins: list[TensorType], outs: list[TensorType], a: dict) -> int:
@@ -347,7 +355,8 @@ def _defs() -> list[OpDef]:
         OpDef("ewadd", (2, 2), (), _elementwise_binary, _numel_out, "x + y, equal shapes"),
         OpDef("ewmul", (2, 2), (), _elementwise_binary, _numel_out, "x * y, equal shapes"),
         OpDef("matmul", (2, 2), (_ACT,), _matmul, _matmul_flops,
-              "(batched) matrix product with a fused activation; batch dims must be equal"),
+              "(batched) matrix product as NumPy/ONNX MatMul (batch dims broadcast, ranks >= 2 may "
+              "differ) with a fused activation"),
         OpDef("conv2d", (2, 3), (_STRIDE, _PAD, _ACT), _conv2d, _conv2d_flops,
               "NCHW convolution, OIHW weight, optional bias [O] (ONNX Conv's B); groups = C_in / "
               "weight dim 1; fused activation, applied after the bias"),

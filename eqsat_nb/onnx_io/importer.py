@@ -855,32 +855,24 @@ def _unary(op: str) -> Callable:
 
 
 def _matmul(imp: _Importer, i: int, node: Any) -> None:
+    """ONNX MatMul is the IR's matmul (NumPy broadcasting of batch dims, a weight as it is); a
+    rank-1 operand is made a matrix and the result reshaped back, as ONNX defines it."""
     _need(len(node.input) == 2 and not node.attribute)
     a, b = node.input
     ta, tb = imp.type_of(a, node), imp.type_of(b, node)
     out = imp.type_of(node.output[0], node)
     act, final = imp.fused_act(node)
     va, vb = imp.val(a, node), imp.val(b, node)
-    if ta.rank >= 2 and tb.rank >= 2 and ta.shape[:-2] == tb.shape[:-2]:
+    if ta.rank >= 2 and tb.rank >= 2:
         imp.emit("matmul", [va, vb], final or node.output[0], act=act)
         return
     _need(act == "none")
-    sa, sb = ta.shape, tb.shape
     if ta.rank == 1:
-        sa = (1,) + sa
-        va = imp.emit("reshape", [va], shape=sa)
+        va = imp.emit("reshape", [va], shape=(1,) + ta.shape)
     if tb.rank == 1:
-        sb = sb + (1,)
-        vb = imp.emit("reshape", [vb], shape=sb)
-    batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
-    va = _to(imp, va, TensorType(sa), batch + sa[-2:])
-    vb = _to(imp, vb, TensorType(sb), batch + sb[-2:])
-    full = batch + (sa[-2], sb[-1])
-    if full == out.shape:
-        imp.emit("matmul", [va, vb], node.output[0])
-    else:
-        y = imp.emit("matmul", [va, vb])
-        imp.emit("reshape", [y], node.output[0], shape=out.shape)
+        vb = imp.emit("reshape", [vb], shape=tb.shape + (1,))
+    y = imp.emit("matmul", [va, vb])
+    imp.emit("reshape", [y], node.output[0], shape=out.shape)
 
 
 def _gemm(imp: _Importer, i: int, node: Any) -> None:
