@@ -325,6 +325,7 @@ class _Importer:
                                f"(inputs: {', '.join(sorted(names - inits)) or 'none'})")
         shapes: dict[str, tuple[int, ...]] = {}
         free: dict[str, set[int]] = {}
+        self.free_symbols = {}
         for inp in g.input:
             if inp.name in inits:
                 continue
