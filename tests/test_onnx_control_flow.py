@@ -177,27 +177,38 @@ def test_loop_with_a_constant_trip_count_as_torch_script_writes_it():
     assert not compare(r, inputs_for(r))
 
 
-def test_loop_whose_trip_count_is_data_runs_in_onnxruntime():
-    """A trip count read from an input (a while loop): inference cannot tell the length of the
-    stacked output; onnxruntime on the analysis inputs does."""
+def _while_loop(trips_from_input: bool):
+    """A scripted `while` loop as torch writes it: Loop(M="", cond=true) whose body computes the
+    next condition, stacking a scan output. The loop ends after 3 iterations, or after
+    max(n) + 2 when the bound is read from the input n."""
     body = helper.make_graph(
-        [N("Add", ["acc_in", "one_f"], "acc_out"), N("Identity", ["cond_in"], "cond_out"),
-         N("Identity", ["acc_out"], "scan")],
-        "body", [vi("i", [], I64), vi("cond_in", [], B), vi("acc_in", None)],
+        [C("one_i", 1), N("Add", ["i", "one_i"], "i1"), N("Less", ["i1", "bound"], "cond_out"),
+         N("Add", ["acc_in", "one_f"], "acc_out"), N("Identity", ["acc_out"], "scan")],
+        "body", [vi("i", [], I64), vi("cond_in", [], B), vi("acc_in", [4])],
         [vi("cond_out", [], B), untyped("acc_out"), untyped("scan")])
-    nodes = [C("one_f", 1.0, np.float32), C("ax", [0]), N("ReduceMax", ["n", "ax"], "nmax",
-                                                          keepdims=0),
-             C("two", 2), N("Add", ["nmax", "two"], "trips"),
-             N("Loop", ["trips", "", "x"], ["acc", "stack"], body=body),
-             N("Relu", ["stack"], "y")]
-    m = model(nodes, [vi("x", [4]), vi("n", [3], I64)], [vi("acc", [4]), vi("y", ["trips", 4])],
-              opset=18)
-    r = import_onnx(m, "m.onnx")
+    bound = ([C("ax", [0]), N("ReduceMax", ["n", "ax"], "nmax", keepdims=0), C("two", 2),
+              N("Add", ["nmax", "two"], "bound")] if trips_from_input else [C("bound", 3)])
+    nodes = [C("one_f", 1.0, np.float32), C("true", True, np.bool_)] + bound + [
+        N("Loop", ["", "true", "x"], ["acc", "stack"], body=body), N("Relu", ["stack"], "y")]
+    return model(nodes, [vi("x", [4]), vi("n", [3], I64)],
+                 [vi("acc", [4]), vi("y", ["trips", 4])], opset=18)
+
+
+def test_a_while_loop_runs_in_onnxruntime_when_its_body_cannot_tell():
+    """The body's inference cannot count the iterations; onnxruntime, run twice on different
+    inputs, gives the same length both times: that shape is taken."""
+    r = import_onnx(_while_loop(trips_from_input=False), "m.onnx")
     (loop,) = [n for n in r.graph.nodes if n.op == "opaque" and n.attr["op"] == "Loop"]
-    feeds = inputs_for(r, high=2)           # n in [0, 2): the trip count is max(n) + 2
-    trips = int(feeds["n"].max()) + 2
-    assert loop.types[1].shape == (trips, 4)
-    assert not compare(r, feeds)
+    assert [t.shape for t in loop.types] == [(4,), (3, 4)]
+    assert r.graph.nodes[-1].op == "relu"
+    assert not compare(r, inputs_for(r))
+
+
+def test_a_trip_count_read_from_the_data_is_refused_with_the_value_named():
+    """max(n) + 2 iterations: two runs on different inputs disagree, and the IR holds static
+    shapes only."""
+    with pytest.raises(TirError, match="'stack' is unknown .*data-dependent shapes"):
+        import_onnx(_while_loop(trips_from_input=True), "m.onnx")
 
 
 def test_scan_as_tf2onnx_writes_a_keras_rnn():

@@ -131,9 +131,49 @@ def _graph_reads(g: Any) -> list[str]:
 
 
 def input_names(node: Any) -> list[str]:
-    """The one-node model's input names for a stored node: i0, i1, ... then its implicit ones."""
-    n = sum(1 for i in node.input if i and not i.startswith(EMPTY))
-    return [f"i{k}" for k in range(n)] + implicit_inputs(node)
+    """The one-node model's input names for a stored node: its operand inputs (i0, i1, ...)
+    then its implicit ones."""
+    return [i for i in node.input if i and not i.startswith(EMPTY)] + implicit_inputs(node)
+
+
+def _inner_names(node: Any) -> set[str]:
+    """Every name a node's subgraphs define or read, at any depth."""
+    names: set[str] = set()
+    for a in node.attribute:
+        for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+            names |= {i.name for i in g.input} | {t.name for t in g.initializer}
+            names |= {o.name for o in g.output}
+            for n in g.node:
+                names.update(v for v in list(n.input) + list(n.output) if v)
+                names |= _inner_names(n)
+    return names
+
+
+def runnable_node(attrs: Mapping[str, Any]) -> Any:
+    """The stored node with its placeholder names (i0.., o0.., empty:..) renamed where a
+    subgraph uses the same name (a Loop body's own 'i1'): the one-node model must be SSA."""
+    node = decode_node(attrs)
+    inner = _inner_names(node)
+    if not inner:
+        return node
+    taken = set(inner)
+
+    def clear(v: str) -> str:
+        if not v or v not in inner:
+            return v
+        k = 0
+        while f"{v}_{k}" in taken:
+            k += 1
+        taken.add(f"{v}_{k}")
+        return f"{v}_{k}"
+    renamed = {v: clear(v) for v in dict.fromkeys(list(node.input) + list(node.output))}
+    ins = [renamed[v] for v in node.input]
+    outs = [renamed[v] for v in node.output]
+    del node.input[:]
+    del node.output[:]
+    node.input.extend(ins)
+    node.output.extend(outs)
+    return node
 
 
 @lru_cache(maxsize=1024)
@@ -199,21 +239,22 @@ def opset_imports(domain: str, opset: int) -> list[tuple[str, int]]:
 
 def one_node_model(attrs: Mapping[str, Any], in_types: Sequence[TensorType],
                    out_types: Sequence[TensorType]) -> Any:
-    """A model of just this node: inputs i0.., outputs o0.. with the given types."""
+    """A model of just this node: inputs i0.., outputs o0.. (see runnable_node) with the given
+    types."""
     from onnx import helper
 
-    node = decode_node(attrs)
+    node = runnable_node(attrs)
     for t in list(in_types) + list(out_types):
         if t.dtype not in DTYPE_TO_ONNX:
             raise TirError(f"opaque {attrs['op']}: element type {t.dtype} has no ONNX equivalent")
+    empties = {i: e for i, e in zip(node.input, decode_node(attrs).input) if e.startswith(EMPTY)}
     graph = helper.make_graph(
         [node], f"opaque_{attrs['op']}",
         [helper.make_tensor_value_info(name, DTYPE_TO_ONNX[t.dtype], list(t.shape))
          for name, t in zip(input_names(node), in_types)],
-        [helper.make_tensor_value_info(f"o{k}", DTYPE_TO_ONNX[t.dtype], list(t.shape))
-         for k, t in enumerate(out_types)],
-        initializer=[empty_tensor(e, e) for e in dict.fromkeys(
-            i for i in node.input if i.startswith(EMPTY))])
+        [helper.make_tensor_value_info(name, DTYPE_TO_ONNX[t.dtype], list(t.shape))
+         for name, t in zip([o for o in node.output if o], out_types)],
+        initializer=[empty_tensor(name, e) for name, e in empties.items()])
     model = helper.make_model(graph, opset_imports=[
         helper.make_opsetid(d, v) for d, v in opset_imports(attrs["domain"], attrs["opset"])])
     model.ir_version = IR_VERSION
@@ -238,7 +279,7 @@ def run_opaque(attrs: tuple, args: Sequence[np.ndarray], in_types: Sequence[Tens
     a = dict(attrs)
     try:
         sess = _session(tuple(attrs), tuple(in_types), tuple(out_types))
-        names = input_names(decode_node(a))
+        names = input_names(runnable_node(a))
         feeds = {name: np.asarray(x, dtype=NP_DTYPES[t.dtype])
                  for name, x, t in zip(names, args, in_types)}
         outs = sess.run(None, feeds)

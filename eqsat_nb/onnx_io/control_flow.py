@@ -14,11 +14,12 @@ outer values it reads, at their shapes and, where they are constants, with their
   stacked along the trip count when the trip count is a constant and no condition can end the loop
   early.
 
-When a subgraph cannot tell (branches that disagree, a data-dependent trip count), the model runs
-once in onnxruntime on random inputs at the analysis sizes and the shapes it gives are taken; the
-import's checks (the reference interpreter runs the node in onnxruntime and refuses another shape;
-onnxruntime compares the written model with the input, at another size for symbolic dims) hold the
-node to them.
+When a subgraph cannot tell (a while loop whose condition the body computes), the model runs in
+onnxruntime on random inputs at the analysis sizes, twice with different values, and the shapes
+both runs give are taken (a shape that follows the data, such as a trip count read from an input,
+stays unknown: the IR holds static shapes). The import's checks (the reference interpreter runs
+the node in onnxruntime and refuses another shape; onnxruntime compares the written model with
+the input, at another size for symbolic dims) hold the node to them.
 
 The learnt types re-enter shape inference as value_info (`fold.fold_model`'s `learnt`), so the
 values computed after the node get shapes too. The node itself stays opaque: the optimizer works
@@ -243,8 +244,10 @@ def _body_types(model: Any, g: Any, formal: list[Type | None], types: Mapping[st
 
 def runtime_types(model: Any, input_dims: Mapping[str, tuple[int, ...]],
                   names: list[str]) -> dict[str, Type]:
-    """The types onnxruntime gives `names` when it runs `model` once on random inputs of the
-    given shapes (empty when it cannot run it)."""
+    """The types onnxruntime gives `names` when it runs `model` on random inputs of the given
+    shapes, twice (integers in [0, 2) and in [0, 4), as the checks draw them): only the types
+    both runs agree on, since a shape that follows the data (a trip count read from an input)
+    is no shape the IR can hold. Empty when onnxruntime cannot run the model."""
     import onnx
     from onnx import helper
 
@@ -257,15 +260,23 @@ def runtime_types(model: Any, input_dims: Mapping[str, tuple[int, ...]],
     for n in names:
         if n not in have:
             m.graph.output.append(onnx.ValueInfoProto(name=n))
+    runs = []
     try:
-        feeds = random_feeds(model, shapes=input_dims)
-        outs = session(m).run(names, feeds)
+        sess = session(m)
+        for seed, high in ((0, 2), (1, 4)):
+            feeds = random_feeds(model, seed=seed, shapes=input_dims)
+            rng = np.random.default_rng(seed)
+            for k, v in feeds.items():
+                if v.dtype.kind in "iu":
+                    feeds[k] = rng.integers(0, high, v.shape).astype(v.dtype)
+            runs.append(sess.run(names, feeds))
     except Exception:       # noqa: BLE001 - onnxruntime refuses or fails: nothing learnt
         return {}
     found: dict[str, Type] = {}
-    for n, v in zip(names, outs):
-        if isinstance(v, np.ndarray) and v.dtype != object:
-            found[n] = (int(helper.np_dtype_to_tensor_dtype(v.dtype)), tuple(v.shape))
+    for n, a, b in zip(names, *runs):
+        if isinstance(a, np.ndarray) and a.dtype != object and isinstance(b, np.ndarray) \
+                and a.shape == b.shape:
+            found[n] = (int(helper.np_dtype_to_tensor_dtype(a.dtype)), tuple(a.shape))
     return found
 
 
