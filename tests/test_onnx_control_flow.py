@@ -242,3 +242,33 @@ def test_an_if_that_onnxruntime_cannot_run_either_names_the_value():
                N("Relu", ["o"], "y")], [vi("x", [7]), vi("c", [], B)], [vi("y", ["a", "b"])])
     with pytest.raises(TirError, match="'o' is unknown"):
         import_onnx(m, "m.onnx")
+
+
+def test_an_if_whose_branch_is_empty_at_1_is_analysed_where_it_runs():
+    """silero-vad v5 (spox): unnamed dims, the STFT convolution inside the If's branches, empty
+    at an audio length of 1. The branches cannot tell the If's shapes there, so other sizes are
+    searched: the length grows, both batch dims go back to 1 together."""
+    w = numpy_helper.from_array(RNG.standard_normal((6, 1, 16)).astype(np.float32), "stft.w")
+
+    def branch(tag):
+        return helper.make_graph(
+            [C(f"{tag}ax", [1]), N("Unsqueeze", ["input", f"{tag}ax"], f"{tag}u"),
+             N("Conv", [f"{tag}u", "stft.w"], f"{tag}c", kernel_shape=[16], strides=[8]),
+             N("Relu", [f"{tag}c"], f"{tag}r"), C(f"{tag}t", [2]),
+             N("ReduceMean", [f"{tag}r", f"{tag}t"], f"{tag}out", keepdims=0),
+             C(f"{tag}one", 1.0, np.float32), N("Add", ["state", f"{tag}one"], f"{tag}st")],
+            tag, [], [untyped(f"{tag}out"), untyped(f"{tag}st")])
+    nodes = [C("k", 16000), N("Equal", ["sr", "k"], "c"),
+             N("If", ["c"], ["o", "stateN"], then_branch=branch("t"), else_branch=branch("e")),
+             N("MatMul", ["o", "proj"], "output")]
+    dim = helper.make_tensor_value_info          # None: a dim with neither value nor name
+    m = model(nodes, [dim("input", F, [None, None]), dim("state", F, [2, None, 4]),
+                      vi("sr", [], I64)],
+              [vi("output", ["b", 3]), vi("stateN", [2, "b", 4])], [w, W("proj", 6, 3)], opset=18)
+    r = import_onnx(m, "silero.onnx")
+    assert {n: t.shape for n, t in r.graph.inputs} == {
+        "%input": (1, 16), "%state": (2, 1, 4), "%sr": ()}
+    assert r.size_note.startswith("symbolic dims analysed at input[0]=1, input[1]=16, "
+                                  "state[1]=1")
+    assert r.graph.nodes[-1].op == "matmul"
+    assert not compare(r, inputs_for(r, high=2))

@@ -184,9 +184,52 @@ def _loop_types(model: Any, node: Any, at: dict, ins: list, types: Mapping[str, 
 def _body_types(model: Any, g: Any, formal: list[Type | None], types: Mapping[str, Type],
                 consts: Mapping[str, np.ndarray], small: int, depth: int
                 ) -> list[Type | None] | None:
-    """The types of a subgraph's outputs, folded as a model of its own whose inputs are the
-    subgraph's formal inputs (types `formal`) and the outer values it reads; None when an outer
-    value it reads has no known type."""
+    """The types of a subgraph's outputs (see _fold_body); None when it cannot tell, or when a
+    value it computes is empty at these sizes (its output shapes then say nothing about sizes
+    that run: onnx's inference lets a Conv window longer than its input through)."""
+    res = _fold_body(model, g, formal, types, consts, small, depth)
+    if res is None:
+        return None
+    inner = known_types(res)
+    if _empty_value(res, inner) is not None:
+        return None
+    return [inner.get(o.name) for o in g.output]
+
+
+def empty_in_branches(model: Any, res: fold.Folded, known: Mapping[str, np.ndarray],
+                      small: int) -> tuple[Any, str] | None:
+    """(an If node, the name of a value one of its branches computes empty) at the sizes `res`
+    was folded at, or None. An If whose outputs inference knows hides an empty STFT inside it
+    (silero-vad at an audio length of 1); the importer takes that for a degenerate size."""
+    types = known_types(res)
+    consts = {**known, **res.values}
+    for node in res.model.graph.node:
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+            continue
+        for a in node.attribute:
+            if a.name not in ("then_branch", "else_branch"):
+                continue
+            sub = _fold_body(model, a.g, [], types, consts, small, 0)
+            empty = None if sub is None else _empty_value(sub, known_types(sub))
+            if empty is not None:
+                return node, empty
+    return None
+
+
+def _empty_value(res: fold.Folded, types: Mapping[str, Type]) -> str | None:
+    """A value the subgraph computes at run time that is empty at these sizes (constants, such
+    as Resize's empty roi, may be empty)."""
+    ig = res.inferred.graph
+    constants = set(res.values) | {t.name for t in ig.initializer}
+    constants |= {n.output[0] for n in res.model.graph.node if n.op_type == "Constant"}
+    return next((name for name, t in types.items() if name not in constants and 0 in t[1]), None)
+
+
+def _fold_body(model: Any, g: Any, formal: list[Type | None], types: Mapping[str, Type],
+               consts: Mapping[str, np.ndarray], small: int, depth: int) -> fold.Folded | None:
+    """A subgraph folded as a model of its own whose inputs are the subgraph's formal inputs
+    (types `formal`) and the outer values it reads; None when an outer value it reads has no
+    known type or inference rejects it."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -235,11 +278,9 @@ def _body_types(model: Any, g: Any, formal: list[Type | None], types: Mapping[st
         if arr.size <= fold.FOLD_MAX:
             known[t.name] = arr
     try:
-        res = fold_with_control_flow(sub, dims, known, {}, small, depth + 1)
+        return fold_with_control_flow(sub, dims, known, {}, small, depth + 1)
     except Exception:         # noqa: BLE001 - a subgraph inference rejects: it cannot tell
         return None
-    inner = known_types(res)
-    return [inner.get(o.name) for o in g.output]
 
 
 def runtime_types(model: Any, input_dims: Mapping[str, tuple[int, ...]],
@@ -251,7 +292,7 @@ def runtime_types(model: Any, input_dims: Mapping[str, tuple[int, ...]],
     import onnx
     from onnx import helper
 
-    from ..runtime import session
+    from ..runtime import quiet_run, session
     from .measure import random_feeds
 
     m = onnx.ModelProto()
@@ -269,7 +310,7 @@ def runtime_types(model: Any, input_dims: Mapping[str, tuple[int, ...]],
             for k, v in feeds.items():
                 if v.dtype.kind in "iu":
                     feeds[k] = rng.integers(0, high, v.shape).astype(v.dtype)
-            runs.append(sess.run(names, feeds))
+            runs.append(sess.run(names, feeds, quiet_run()))
     except Exception:       # noqa: BLE001 - onnxruntime refuses or fails: nothing learnt
         return {}
     found: dict[str, Type] = {}

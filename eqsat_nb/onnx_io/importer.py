@@ -372,7 +372,7 @@ class _Importer:
 
     def infer_types(self) -> None:
         from . import fold
-        from .control_flow import fold_with_control_flow
+        from .control_flow import empty_in_branches, fold_with_control_flow
 
         shapes, free = self.input_dims()
         known = {k: c.value for k, c in self.consts.items() if c.value.size <= fold.FOLD_MAX}
@@ -381,6 +381,10 @@ class _Importer:
         except Exception as e:   # noqa: BLE001 - inference errors are of onnx's own types
             raise self.err(f"shape inference failed: {str(e).strip().splitlines()[0]}",
                            cls=DegenerateShape) from None
+        empty = empty_in_branches(res.model, res, known, _SMALL) if free else None
+        if empty is not None:       # sizes the tool chose, at which a branch computes nothing
+            raise self.err(f"'{empty[1]}', computed in a branch, has a zero-size dimension at "
+                           f"these sizes", empty[0], DegenerateShape)
         if res.model is not self.model:          # If nodes with a constant condition inlined
             from onnx import numpy_helper
             self.model = res.model

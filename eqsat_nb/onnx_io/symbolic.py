@@ -7,8 +7,8 @@ When the import fails for such a reason (`DegenerateShape`: a zero-size value, o
 inference rejecting the sizes, a shape it cannot derive), other sizes are tried:
 
 1. the sizes the model itself suggests: a metadata value listing an input's dims;
-2. a small search: every free symbol at 2, 4, ... 8192 together, then each symbol back to 1
-   where that still works (so a batch stays 1 while an audio length grows).
+2. a small search: every free symbol at 2, 4, ... 8192 together, then as many symbols as
+   possible back to 1 (so a batch stays 1 while an audio length grows).
 
 Sizes work when they import and the input model runs in onnxruntime at them (onnx's inference
 lets a Conv window longer than its input through); sizes that only import are the last resort.
@@ -77,10 +77,7 @@ def import_at_working_sizes(make: Callable[[Mapping[str, int]], Any],
             sizes = {s: n for s in symbols}
             found = attempt(sizes)
             if found is not None:
-                for s in symbols:                       # back to 1 where 1 still works
-                    smaller = attempt({**sizes, s: 1})
-                    if smaller is not None:
-                        sizes, found = {**sizes, s: 1}, smaller
+                found = _back_to_one(list(symbols), sizes, attempt) or found
                 break
     if found is None and imported_only:
         found = imported_only[0]
@@ -93,14 +90,36 @@ def import_at_working_sizes(make: Callable[[Mapping[str, int]], Any],
     return imp, out
 
 
+def _back_to_one(symbols: list[str], sizes: dict[str, int],
+                 attempt: Callable[[Mapping[str, int]], Any]) -> Any:
+    """The import with as many symbols as possible back at 1 (None if none can be): every
+    subset, largest first, while there are few symbols (unnamed dims that must agree, such as a
+    batch in two inputs, go back together), else one symbol at a time."""
+    from itertools import combinations
+
+    if len(symbols) <= 4:
+        for k in range(len(symbols), 0, -1):
+            for ones in combinations(symbols, k):
+                found = attempt({**sizes, **{s: 1 for s in ones}})
+                if found is not None:
+                    return found
+        return None
+    found = None
+    for s in symbols:
+        smaller = attempt({**sizes, s: 1})
+        if smaller is not None:
+            sizes, found = {**sizes, s: 1}, smaller
+    return found
+
+
 def _runs(model: Any, shapes: Mapping[str, tuple[int, ...]]) -> bool:
     """Whether onnxruntime runs the input model at these input shapes (onnx's shape inference
     accepts some sizes the operators do not, e.g. a Conv window longer than its input)."""
-    from ..runtime import session
+    from ..runtime import quiet_run, session
     from .measure import random_feeds
 
     try:
-        session(model).run(None, random_feeds(model, shapes=shapes))
+        session(model).run(None, random_feeds(model, shapes=shapes), quiet_run())
     except Exception:      # noqa: BLE001 - onnxruntime's own error types: the sizes do not run
         return False
     return True
