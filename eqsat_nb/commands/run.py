@@ -156,7 +156,8 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
     e.add_argument("--cost", default="analytic", choices=("analytic", "ort", "trt", "torch"),
                    help="cost backend (default analytic: instant roofline model)")
     e.add_argument("--device", default=None,
-                   help="device profile for the analytic backend: cpu (default), a100, h100")
+                   help="device profile for the analytic backend: cpu (default), a100, h100, "
+                   "a profile .json, or a measured cost table (h100-measured, TABLE.json)")
     e.add_argument("--cost-db", default=None, metavar="PATH",
                    help="SQLite cost cache for measuring backends (default: user cache dir)")
 

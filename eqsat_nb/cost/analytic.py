@@ -42,8 +42,8 @@ Layout choices (documented; the CPU profile, measured with onnxruntime, keeps th
 
 Grouped convolutions on the GPU profiles (`group_us`, `depthwise_flops`); measured grouped-conv
 cost is far from proportional to FLOPs:
-- Depthwise (one input channel per group): cuDNN's dedicated depthwise kernel, at
-  `depthwise_flops` (a few % of the FP32 peak; fitted below) or the memory time if larger.
+- Depthwise (one input and one output channel per group): cuDNN's dedicated depthwise kernel,
+  at `depthwise_flops` (a few % of the FP32 peak; fitted below) or the memory time if larger.
 - Other grouped convs: cuDNN runs such groups one by one ("worst case all groups in the
   convolution will be run in streams", NVIDIA on cuDNN 7's group support, facebookarchive/caffe2
   pull request 1079), so a fixed `group_us` per group is paid on top of the GEMM waves of the
@@ -51,7 +51,24 @@ cost is far from proportional to FLOPs:
   TASO's merge_gconv) trades FLOPs for fewer groups. A conv of many small groups can cost more
   than the dense conv of its shape (A100 profile: 232 us for TASO's 128 groups of 2 channels,
   149 us dense); merging groups pairwise reaches the dense form.
+- A depthwise conv with a channel multiplier (one input channel but M > 1 output channels per
+  group, e.g. 512 -> 1536 channels in 512 groups) is one of those, not the depthwise kernel:
+  TASO measured such convs at 0.5-1.9 ms on its GPU (256 -> 512 channels, 3x3, 28x28: 0.48 ms;
+  512 -> 1536, 3x3, 14x14: about 1.9 ms; issue 29 and DESIGN.md section 12, from TASO's costs in
+  TENSAT's NasNet-A e-graph, egraphs-good/extraction-gym data/tensat/nasneta.csv, where the
+  conv costs cluster at 0.27-0.30, 0.47-0.50, 0.95-1.07 and 1.90-1.92 ms: about 1.9 us per
+  group for 128 to 1024 groups, the per-group rule's figure). The A100 profile prices those two
+  at 0.46 and 0.91 ms; the depthwise rule gave 16 and 13 us. Not modelled: the per-group cost
+  grows with the work per group (the same 256 groups measured 1.07 ms with a 5x5 kernel, DESIGN.md
+  section 12; priced as the 3x3 one).
 Dense convs and matmuls keep the GEMM tile/wave model above.
+
+Per-kernel floors (GPU profiles): `launch_us` for the GEMM-shaped library calls (matmul, conv2d),
+`ew_launch_us` for every other kernel (element-wise, pooling, normalizations, transposes,
+copies), which is lower: TASO measured relu and tanh on 512 elements at 0.27-0.48 of a
+1 x 512 x 512 matmul (figures below); one floor for both priced them at 0.86 of it, 2-4x too
+expensive relative to the GEMMs (DESIGN.md section 12). Both floors dwarf such kernels' memory
+time (a 512-element relu moves 4 KiB: 3 ns at HBM bandwidth), so the floor is their price.
 
 Why device profiles matter: on this machine's CPU (onnxruntime, one thread) merging matmuls or
 convs measured 0.97-1.01x and enlarge+merge 1.47x slower: the per-call floor is small next to a
@@ -103,6 +120,15 @@ class DeviceProfile:
     concat_in_place: bool = False  # producers write into the concat's buffer (see module doc)
     group_us: float = 0.0        # per-group cost of a grouped conv (0: plain roofline)
     depthwise_flops: float = 0.0  # FLOP/s of the depthwise kernel (0: plain roofline)
+    # per-kernel floor of the non-GEMM kernels (element-wise, pooling, copies; None: launch_us)
+    ew_launch_us: float | None = None
+
+    def floor_us(self, op: str) -> float:
+        """The per-kernel floor of `op`: `launch_us` for the GEMM-shaped library calls (matmul,
+        conv2d), `ew_launch_us` (when set) for every other kernel."""
+        if op in MATRIX or self.ew_launch_us is None:
+            return self.launch_us
+        return self.ew_launch_us
 
     def gemm_s(self, batch: int, m: int, n: int, k: int) -> float:
         """Compute seconds of `batch` M x N x K GEMMs under tile and wave quantization (GPUs),
@@ -155,10 +181,17 @@ CPU = DeviceProfile("cpu", matmul_flops=113e9, vector_flops=113e9, cache_bw=100e
 # profile prices those forms at 232 and 119 us, which puts the depthwise kernel at 26.6 or 20.7
 # us, 0.44 or 0.60 TFLOP/s after the launch. 0.60 is used: with it a depthwise conv of >= 32
 # channels (every one in the benchmark models) costs less than the dense conv of its shape.
+# ew_launch_us = 2.0 us, the floor of non-GEMM kernels: TASO's measured costs in TENSAT's NasRNN
+# e-graph (egraphs-good/extraction-gym data/tensat/nasrnn.csv, in ms) put relu on 512 elements
+# at 2.30-4.12 us and tanh at 4.09 us against 8.51 us for the original 1 x 512 x 512 matmul:
+# 0.27-0.48 of it. This profile prices that matmul at 4.68 us (launch + 1 MiB of weights over
+# HBM), so 1.3-2.2 us for those kernels; 2.0 is used (the top of the range: a tiny kernel's
+# launch-to-finish time on a recent GPU is a couple of microseconds, never zero).
 A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_bw=1.555e12,
                      dram_bw=1.555e12, cache_bytes=0, transcendental=2.4e12, pool=19.5e12,
                      transpose_eff=0.7, launch_us=4.0, sms=108, tile=32, split_view=True,
-                     concat_in_place=True, group_us=1.77, depthwise_flops=0.6e12)
+                     concat_in_place=True, group_us=1.77, depthwise_flops=0.6e12,
+                     ew_launch_us=2.0)
 
 # NVIDIA H100 SXM5, public datasheet ("NVIDIA H100 Tensor Core GPU", 2022): FP32 67 TFLOP/s,
 # HBM3 3.35 TB/s. Transcendentals: 132 SMs x 16 SFU ops/clk x 1.98 GHz ~ 4.2 T/s. Launch 3 us
@@ -168,10 +201,12 @@ A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_b
 # cost is a per-kernel cost) = 1.33 us; depthwise_flops = 0.6 T x 67/19.5 (the same 3.1 % of the
 # FP32 peak as on the A100) = 2.06 TFLOP/s, rounded up to 2.1 so that, as on the A100, a depthwise
 # conv of >= 32 channels costs at most the dense conv of its shape under H100's 132-SM waves.
+# ew_launch_us = 2.0 x 3/4 = 1.5 us (the A100 figure times the launch ratio, as group_us).
 H100 = DeviceProfile("h100", matmul_flops=67e12, vector_flops=67e12, cache_bw=3.35e12,
                      dram_bw=3.35e12, cache_bytes=0, transcendental=4.2e12, pool=67e12,
                      transpose_eff=0.7, launch_us=3.0, sms=132, tile=32, split_view=True,
-                     concat_in_place=True, group_us=1.33, depthwise_flops=2.1e12)
+                     concat_in_place=True, group_us=1.33, depthwise_flops=2.1e12,
+                     ew_launch_us=1.5)
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (CPU, A100, H100)}
 
@@ -203,7 +238,7 @@ def profile_to_json(prof: DeviceProfile, extra: Mapping[str, Any] | None = None)
                            **{f: getattr(prof, f) for f in _OPTIONAL},
                            **{f: getattr(prof, f) for f in _OPTIONAL_FLOAT},
                            **{f: getattr(prof, f) for f in _OPTIONAL_BOOL},
-                           "op_scale": dict(prof.op_scale)}
+                           "ew_launch_us": prof.ew_launch_us, "op_scale": dict(prof.op_scale)}
     if extra:
         doc["fit"] = dict(extra)
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
@@ -228,6 +263,9 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
         scale = {str(k): float(v) for k, v in dict(doc.get("op_scale") or {}).items()}
         ints = {f: int(doc.get(f, d)) for f, d in _OPTIONAL.items()}
         extra = {f: float(doc.get(f, d)) for f, d in _OPTIONAL_FLOAT.items()}
+        ew = doc.get("ew_launch_us")          # absent or null: the launch_us floor
+        if ew is not None:
+            extra["ew_launch_us"] = float(ew)
     except (TypeError, ValueError):
         raise TirError("device profile values must be numbers", file=str(path)) from None
     flags = {f: doc.get(f, d) for f, d in _OPTIONAL_BOOL.items()}
@@ -235,8 +273,8 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
         raise TirError(f"device profile's {', '.join(_OPTIONAL_BOOL)} must be true or false",
                        file=str(path))
     if not all(math.isfinite(v) and v >= 0 for v in extra.values()):
-        raise TirError(f"device profile's {', '.join(_OPTIONAL_FLOAT)} must be finite and >= 0",
-                       file=str(path))
+        raise TirError(f"device profile's {', '.join(_OPTIONAL_FLOAT)}, ew_launch_us must be "
+                       "finite and >= 0", file=str(path))
     bad = [f for f, v in vals.items() if not math.isfinite(v) or v < 0
            or (v == 0 and f not in ("cache_bytes", "launch_us"))]
     if bad:
@@ -332,7 +370,7 @@ class AnalyticCostModel(CostModel):
             if not copied:
                 return 0.0, "concat: written in place, 0 us"
             nbytes = 2 * _bytes(sig.inputs[i] for i in copied)
-            us = (len(copied) * p.launch_us
+            us = (len(copied) * p.floor_us(op)
                   + p.op_scale.get(op, 1.0) * p.memory_s(nbytes) * 1e6)
             return us, f"concat: copies {len(copied)} of {len(sig.inputs)} operands"
         mem = p.memory_s(_bytes(sig.inputs) + _bytes(sig.outputs))
@@ -346,7 +384,7 @@ class AnalyticCostModel(CostModel):
                 f -= numel_out          # the epilogue is priced below
             grouped = _conv_groups(sig) if p.sms > 0 else None
             gemm = _gemm_shape(op, sig) if p.sms > 0 else None
-            if grouped and grouped[4] == 1 and p.depthwise_flops > 0:
+            if grouped and grouped[4] == 1 == grouped[2] and p.depthwise_flops > 0:
                 compute = f / p.depthwise_flops
                 rule = f"conv2d: depthwise kernel at {p.depthwise_flops / 1e12:g} TFLOP/s"
             elif grouped and p.group_us > 0:
@@ -373,4 +411,4 @@ class AnalyticCostModel(CostModel):
             mem = mem / p.transpose_eff
         else:
             compute = flops(op, list(sig.inputs), list(outs), sig.attrs) / p.vector_flops
-        return p.launch_us + p.op_scale.get(op, 1.0) * max(compute, mem) * 1e6, rule
+        return p.floor_us(op) + p.op_scale.get(op, 1.0) * max(compute, mem) * 1e6, rule

@@ -3,7 +3,8 @@
 Backends:
 - `analytic` (default): roofline with a device profile, instant. device: `cpu` (default, the
   built-in profile measured on this project's CPU), `a100`, `h100`, `cpu-calibrated` (the profile
-  `eqsat-nb profile --calibrate` fitted on this machine), or a profile `.json` file.
+  `eqsat-nb profile --calibrate` fitted on this machine), or a profile `.json` file; or a
+  measured cost table (cost/table.py): a shipped one by name (`h100-measured`) or a table file.
 - `ort`: one-node onnxruntime timings on the CPU. device: None or `cpu`.
 - `trt`: single-layer TensorRT engines on an NVIDIA GPU. device: CUDA device index (`0`,
   `cuda:0`; default 0).
@@ -94,6 +95,9 @@ def make_cost_model(backend: str = "analytic", device: str | None = None,
 
 def _analytic(device: str | None) -> CostModel:
     from .analytic import AnalyticCostModel, profile
+    from .table import TableCostModel, is_table_name
+    if device and is_table_name(device):         # measured costs (cost/table.py)
+        return TableCostModel(device)
     try:
         return AnalyticCostModel(profile(device or "cpu"))
     except ValueError as e:

@@ -1,0 +1,224 @@
+"""Whole IR graphs run in PyTorch, so that an optimized graph's speed-up over its original is
+measured end to end on a device rather than summed from per-operator costs (tools/gpu_truth.py).
+
+`TorchGraph(graph, leaves)` lowers every node with `torch_backend.lower` (the per-operator
+backend's own lowering), folds the weight-only sub-graphs once when it is built (what the cost
+models assume: they cost 0 at inference) and runs the rest in the graph's order. `Leaves` makes
+each input and weight tensor once per name and hands the same tensor to every graph of a model,
+so the original and its optimized forms compute on the same values: the weights' given values
+(ONNX initializers) or the interpreter's reproducible random ones (`interp.random_tensor`,
+batchnorm variances positive), the inputs likewise.
+
+Timing (`time_alternately`): the graphs take turns within each round, so drift on the device hits
+all of them alike, and the median over rounds is kept. On a GPU each graph is captured once as a
+CUDA graph and a round times `inner` replays between two CUDA events: the kernels run back to back
+with no CPU launch overhead between them, as a runtime that plans the whole graph runs them
+(method "graph"). Method "eager" times a synchronised loop of plain calls instead (PyTorch's
+per-operator dispatch included: tens of microseconds for a small operator), the only method on
+the CPU (one intra-op thread, `time.perf_counter`).
+
+What the PyTorch run does that the cost models do not assume: a concat is a copy (`torch.cat`)
+where the GPU profiles write operands in place, a consumer of a split's view may copy it first,
+and a fused activation is a second kernel. `opaque` nodes have no lowering (NotImplementedError).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..ir.graph import Graph, TensorType
+from ..ir.interp import random_tensor
+from ..ir.ops import OPS
+from .torch_backend import _import_torch, lower, torch_dtype
+
+METHODS = ("graph", "eager")
+
+
+class Leaves:
+    """Input and weight tensors on `device`, one per name, shared by a model's graphs."""
+
+    def __init__(self, device: str | Any, weights: Mapping[str, Any] | None = None,
+                 seed: int = 0) -> None:
+        self.torch = _import_torch()
+        self.dev = self.torch.device(device)
+        self.given = dict(weights or {})
+        self.seed = seed
+        self.tensors: dict[str, Any] = {}
+
+    def get(self, key: str, ty: TensorType, positive: bool = False) -> Any:
+        """The tensor for input '%x' or weight '@w' of type `ty` (made once per name and type;
+        positive: a batchnorm variance)."""
+        got = self.tensors.get(key)
+        if got is not None and (tuple(got.shape) != tuple(ty.shape)
+                                or got.dtype != torch_dtype(self.torch, ty.dtype)):
+            got = None                  # another graph's value of that name: not shared
+        if got is None:
+            value = self.given.get(key[1:]) if key.startswith("@") else None
+            if value is None or np.asarray(value).size == 0:     # no value: drawn at random
+                value = random_tensor(key, ty, self.seed, positive=positive)
+            arr = np.ascontiguousarray(np.asarray(value))
+            if not arr.flags.writeable:         # ONNX initializers are read-only views
+                arr = arr.copy()
+            if tuple(arr.shape) != tuple(ty.shape):
+                raise ValueError(f"value of {key} has shape {arr.shape}, expected {ty.shape}")
+            got = self.tensors[key] = self.torch.as_tensor(arr).to(self.dev)
+        return got
+
+
+class TorchGraph:
+    """One IR graph lowered to PyTorch calls on the device of `leaves`."""
+
+    def __init__(self, graph: Graph, leaves: Leaves) -> None:
+        torch = self.torch = leaves.torch
+        self.dev = leaves.dev
+        self.graph = graph
+        positive = {n.inputs[4] for n in graph.nodes if n.op == "batchnorm"}
+        env_t: dict[str, TensorType] = dict(graph.inputs)
+        self.fixed: dict[str, Any] = {name: leaves.get(name, ty) for name, ty in graph.inputs}
+        const: dict[str, bool] = {name: False for name, _ in graph.inputs}
+        # (function, operand names, result names, whether it returns a tuple of results)
+        self.steps: list[tuple[Callable[..., Any], tuple[str, ...], tuple[str, ...], bool]] = []
+        self.kernels = 0            # compute nodes run at inference (folded ones excluded)
+        with torch.inference_mode():
+            for node in graph.nodes:
+                ins_t = [env_t[v] for v in node.inputs]
+                env_t.update(zip(node.results, node.types))
+                if node.op == "weight":
+                    self.fixed[node.results[0]] = leaves.get(
+                        "@" + node.attr["name"], node.types[0], node.results[0] in positive)
+                    const[node.results[0]] = True
+                    continue
+                is_const = bool(node.inputs) and all(const[v] for v in node.inputs)
+                for r in node.results:
+                    const[r] = is_const
+                if node.op == "opaque":
+                    raise NotImplementedError("an opaque node (an operator the IR does not "
+                                              "model) has no PyTorch lowering")
+                if node.op == "noop":
+                    zero = torch.zeros((), dtype=self.fixed_dtype(node.types[0]), device=self.dev)
+                    fn: Callable[..., Any] = lambda *xs, _z=zero: _z
+                else:
+                    fn = lower(node.op, node.attr, ins_t)
+                if is_const:            # weight-only: folded now, free at inference
+                    outs = fn(*[self.fixed[v] for v in node.inputs])
+                    outs = outs if OPS[node.op].multi_result else (outs,)
+                    for r, o in zip(node.results, outs):
+                        self.fixed[r] = o.contiguous()
+                    continue
+                self.steps.append((fn, node.inputs, node.results, OPS[node.op].multi_result))
+                self.kernels += node.op not in ("reshape", "dropout", "noop")
+        self.cuda_graph: Any = None
+        self.static_out: list[Any] | None = None
+
+    def fixed_dtype(self, ty: TensorType) -> Any:
+        return torch_dtype(self.torch, ty.dtype)
+
+    def run(self) -> list[Any]:
+        """One run of the graph's compute nodes; its outputs."""
+        env = dict(self.fixed)
+        for fn, ins, res, multi in self.steps:
+            out = fn(*[env[v] for v in ins])
+            if multi:
+                env.update(zip(res, out))
+            else:
+                env[res[0]] = out
+        return [env[v] for v in self.graph.outputs]
+
+    def outputs(self) -> list[Any]:
+        """The outputs of one (eager) run, as host float64 arrays."""
+        with self.torch.inference_mode():
+            outs = self.run()
+            return [o.detach().to("cpu", self.torch.float64).numpy() for o in outs]
+
+    def capture(self, warmups: int = 3) -> None:
+        """Record one run as a CUDA graph (warm-up on a side stream first, as capture needs)."""
+        torch = self.torch
+        with torch.inference_mode():
+            side = torch.cuda.Stream(self.dev)
+            side.wait_stream(torch.cuda.current_stream(self.dev))
+            with torch.cuda.stream(side):
+                for _ in range(warmups):
+                    self.run()
+            torch.cuda.current_stream(self.dev).wait_stream(side)
+            torch.cuda.synchronize(self.dev)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self.static_out = self.run()
+            g.replay()
+            torch.cuda.synchronize(self.dev)
+        self.cuda_graph = g
+
+    def release(self) -> None:
+        self.cuda_graph = self.static_out = None
+
+
+def relative_error(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+    """max over outputs of max |candidate - reference| / max |reference| (inf on a shape
+    mismatch or a non-finite value)."""
+    worst = 0.0
+    for r, c in zip(reference, candidate):
+        if r.shape != c.shape or not np.all(np.isfinite(c)):
+            return float("inf")
+        scale = float(np.max(np.abs(r))) if r.size else 0.0
+        diff = float(np.max(np.abs(c - r))) if r.size else 0.0
+        worst = max(worst, diff / scale if scale > 0 else diff)
+    return worst
+
+
+def time_alternately(graphs: Sequence[TorchGraph], method: str = "graph", rounds: int = 20,
+                     budget_s: float = 10.0, min_rounds: int = 3, warm_rounds: int = 2,
+                     inner_s: float = 2e-3) -> list[list[float]]:
+    """Per graph, the microseconds of one run in each timed round (see the module doc). Stops
+    after `rounds` timed rounds or once `budget_s` is spent with `min_rounds` done."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r} (known: {', '.join(METHODS)})")
+    torch = graphs[0].torch
+    cuda = graphs[0].dev.type == "cuda"
+    if method == "graph" and not cuda:
+        method = "eager"
+    if method == "graph":
+        for g in graphs:
+            if g.cuda_graph is None:
+                g.capture()
+    start = torch.cuda.Event(enable_timing=True) if cuda else None
+    end = torch.cuda.Event(enable_timing=True) if cuda else None
+    inner = [1] * len(graphs)
+    samples: list[list[float]] = [[] for _ in graphs]
+    t0 = time.perf_counter()
+    r = 0
+    with torch.inference_mode():
+        while True:
+            order = range(len(graphs)) if r % 2 == 0 else reversed(range(len(graphs)))
+            for i in order:
+                g = graphs[i]
+                if method == "graph":
+                    start.record()
+                    for _ in range(inner[i]):
+                        g.cuda_graph.replay()
+                    end.record()
+                    end.synchronize()
+                    us = start.elapsed_time(end) * 1000.0 / inner[i]
+                else:
+                    if cuda:
+                        torch.cuda.synchronize(g.dev)
+                    c0 = time.perf_counter()
+                    g.run()
+                    if cuda:
+                        torch.cuda.synchronize(g.dev)
+                    us = (time.perf_counter() - c0) * 1e6
+                if r < warm_rounds:         # warm-up rounds size `inner`, are not kept
+                    inner[i] = max(1, min(1000, int(inner_s * 1e6 / max(us, 1e-3))))
+                else:
+                    samples[i].append(us)
+            r += 1
+            done = r - warm_rounds
+            if done >= rounds or (done >= min_rounds and time.perf_counter() - t0 > budget_s):
+                break
+    return samples
+
+
+def median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None

@@ -1,0 +1,97 @@
+"""Whole graphs in PyTorch (cost/torch_graph.py) and the GPU-truth tool's dry run on the CPU
+(tools/gpu_truth.py --device-kind cpu). Skipped without PyTorch (CI has none); the CUDA paths
+(graph capture, CUDA events) run only on a machine with a GPU (tools/GPU_TRUTH.md)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eqsat_nb.cost import torch_backend
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "ir_examples"
+MISSING = torch_backend.unavailable("cpu")
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"torch: {MISSING}")
+
+
+@pytest.mark.parametrize("model", ["tiny_mlp", "tiny_conv", "squeezenet", "mobilenetv2"])
+def test_whole_graph_matches_the_interpreter(model):
+    from eqsat_nb.cost.torch_graph import Leaves, TorchGraph, relative_error
+    from eqsat_nb.ir import interp
+    from eqsat_nb.ir.parse import load
+    g = load(EXAMPLES / f"{model}.tir")
+    leaves = Leaves("cpu")
+    tg = TorchGraph(g, leaves)
+    got = tg.outputs()
+    env = {k: v.numpy() for k, v in leaves.tensors.items()}
+    want = [np.asarray(w, np.float64) for w in interp.run(g, env)]
+    assert relative_error(want, got) < 1e-5
+    assert 0 < tg.kernels <= len(list(g.compute_nodes()))
+
+
+def test_weight_only_nodes_are_folded_and_leaves_shared():
+    from eqsat_nb.cost.torch_graph import Leaves, TorchGraph
+    from eqsat_nb.ir.builder import GraphBuilder
+    b = GraphBuilder("f")
+    x = b.input((2, 8))
+    w1, w2 = b.weight((8, 4), "w1"), b.weight((8, 4), "w2")
+    wc = b.op("concat", w1, w2, axis=1)          # weight-only: computed once, at build
+    y = b.op("relu", b.op("matmul", x, wc))
+    g = b.build(y)
+    leaves = Leaves("cpu", weights={"w1": np.ones((8, 4), np.float32)})
+    tg = TorchGraph(g, leaves)
+    assert [res for _, _, res, _ in tg.steps] and tg.kernels == 2      # matmul, relu
+    assert float(leaves.tensors["@w1"].sum()) == 32.0                  # the given value
+    again = TorchGraph(g, leaves)
+    assert again.fixed[g.inputs[0][0]] is tg.fixed[g.inputs[0][0]]    # same input tensor
+    with pytest.raises(ValueError, match="shape"):
+        TorchGraph(g, Leaves("cpu", weights={"w1": np.ones((3,), np.float32)}))
+
+
+def test_alternating_timing_on_the_cpu():
+    from eqsat_nb.cost.torch_graph import Leaves, TorchGraph, time_alternately
+    from eqsat_nb.ir.parse import load
+    leaves = Leaves("cpu")
+    graphs = [TorchGraph(load(EXAMPLES / f"{m}.tir"), leaves) for m in ("tiny_mlp", "tiny_conv")]
+    samples = time_alternately(graphs, "graph", rounds=4, budget_s=5)   # no GPU: eager
+    assert [len(s) for s in samples] == [4, 4]
+    assert all(x > 0 for s in samples for x in s)
+    with pytest.raises(ValueError):
+        time_alternately(graphs, "psychic")
+
+
+def test_torch_cost_model_options():
+    from eqsat_nb.cost.torch_backend import TorchCostModel
+    with pytest.raises(ValueError, match="timing method"):
+        TorchCostModel(None, device="cpu", method="guess")
+    m = TorchCostModel(None, device="cpu", repeats=7, warmups=1, target_s=0.0, min_repeats=3)
+    assert m.method == "cpu" and m._repeats(1.0) == 3 and m._repeats(0.0) == 3
+    m.target_s = 1.0
+    assert m._repeats(1e-3) == 7
+
+
+def test_gpu_truth_dry_run_writes_a_loadable_table_and_the_report(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("gpu_truth", ROOT / "tools" / "gpu_truth.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "out"
+    assert mod.main(["tiny_mlp", "tiny_conv", "--device-kind", "cpu", "--out", str(out),
+                     "--budget", "60", "--ilp-time-limit", "2", "--rounds", "3",
+                     "--eager-rounds", "3", "--target-s", "0.005"]) == 0
+    printed = capsys.readouterr().out
+    assert "| tiny_mlp |" in printed and "| matmul |" in printed
+    doc = json.loads((out / "gpu_truth.json").read_text())
+    assert doc["table"]["measured"] == doc["table"]["configs"] > 5
+    assert [r["name"] for r in doc["models"]] == ["tiny_mlp", "tiny_conv"]
+    for r in doc["models"]:
+        e = r["e2e"]
+        assert e["original"]["eager_us"] > 0 and e["analytic"]["rel_error"] < 1e-5
+        assert r["table_misses"] == 0 and r["sum_measured_us"] > 0
+    from eqsat_nb.cost.table import load_table
+    table = load_table(out / "cpu-torch-measured.json")
+    assert len(table) == doc["table"]["measured"] and table.base_profile == "cpu"
+    assert (out / "gpu_truth.md").read_text().startswith("Device: cpu")
