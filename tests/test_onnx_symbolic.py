@@ -114,3 +114,23 @@ def test_a_sequence_is_not_a_size_problem():
                                        "hold") as e:
         import_onnx(m, "m.onnx")
     assert "no size tried" not in str(e.value)
+
+
+def _reshaped(rows):
+    """input [n] → Reshape (rows, -1): runs only where rows divides n."""
+    nodes = [C("shape", [rows, -1]),
+             helper.make_node("Reshape", ["input", "shape"], ["output"], name="/Reshape")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input", F, ["n"])],
+                          [helper.make_tensor_value_info("output", F, [rows, None])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 8
+    return m
+
+
+def test_the_other_size_a_rewrite_is_checked_at_is_one_the_model_runs_at():
+    from eqsat_nb.onnx_io.symbolic import another_size
+
+    assert another_size(_reshaped(2), {"input": [0]}, {"input": (4,)}) == {"input": (6,)}
+    assert another_size(_reshaped(4), {"input": [0]}, {"input": (4,)}) == {"input": (8,)}
+    assert another_size(_reshaped(5), {"input": [0]}, {"input": (5,)}) == {"input": (10,)}
+    assert another_size(_reshaped(7), {"input": [0]}, {"input": (1,)}) is None

@@ -112,6 +112,23 @@ def _back_to_one(symbols: list[str], sizes: dict[str, int],
     return found
 
 
+def another_size(model: Any, defaulted: Mapping[str, list[int]],
+                 shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]] | None:
+    """`shapes` with every defaulted dim at another size at which the input model runs in
+    onnxruntime (d + 2, then 2d, 3d, 4d: a U-Net's skip connections want even sizes), where a
+    rewritten model must match it before its symbols are kept; None if it runs at none."""
+    for grow in (lambda d: d + 2, lambda d: 2 * d, lambda d: 3 * d, lambda d: 4 * d):
+        out = dict(shapes)
+        for name, axes in defaulted.items():
+            dims = list(out[name])
+            for a in axes:
+                dims[a] = grow(dims[a])
+            out[name] = tuple(dims)
+        if out != dict(shapes) and _runs(model, out):
+            return out
+    return None
+
+
 def _runs(model: Any, shapes: Mapping[str, tuple[int, ...]]) -> bool:
     """Whether onnxruntime runs the input model at these input shapes (onnx's shape inference
     accepts some sizes the operators do not, e.g. a Conv window longer than its input)."""
