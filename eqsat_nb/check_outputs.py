@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .ir.graph import Graph
-from .ir.interp import RANDOM_CHUNK, conv2d_path, run, shared_graph
+from .ir.interp import RANDOM_CHUNK, run, shared_graph
+from .ir.ops import OPS
 
 RTOL = 1e-4
 ATOL_REL = 1e-5
@@ -261,10 +262,8 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
 # ------------------------------------------------------------------ what verification costs
 # bytes per element as the interpreter holds values (floats in its float32)
 _ITEMSIZE = {"f16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
-# working memory of one node beyond its results, in multiples of the results' bytes (temporaries
-# of the NumPy expressions in ir/interp.py); conv2d's own buffers are `_conv_work`'s
-_WORK = {"softmax": 2, "layernorm": 3, "gelu": 3, "sigmoid": 2, "batchnorm": 2, "matmul": 1,
-         "conv2d": 2, "poolavg": 1, "poolmax": 1, "merge": 1}
+# working memory of one node beyond its results: its op's `interp_temps` (multiples of the
+# results' bytes: temporaries of its reference kernel) or `work` hook (ir/ops/, conv2d's paths)
 # rough speeds of the interpreter (BLAS on one thread) on a 2-core machine, below what it
 # measured on an idle one, since the machine may be shared: on ir_examples/, BLAS matmuls and
 # convs on their im2col or 1x1 path 50-100 GFLOP/s (float32 GEMMs of ViT/BERT shapes 92-100),
@@ -289,29 +288,6 @@ class VerifyCost:
 
 def _bytes(ty) -> int:
     return prod(ty.shape) * _ITEMSIZE.get(ty.dtype, 8)
-
-
-def _conv_pads(x: Any, w: Any, attrs: dict):
-    """((top, bottom), (left, right)) of a conv2d node, as `ir.interp.conv2d` pads."""
-    from .ir.shapes import spatial_pads
-    return spatial_pads(x.shape[2:], w.shape[2:], attrs["stride"], attrs["pad"])
-
-
-def _conv_work(x: Any, w: Any, out: Any, attrs: dict) -> int:
-    """Bytes of `ir.interp.conv2d`'s temporaries besides its result, for the path it takes:
-    a copy of the (strided) input for a 1x1; the padded input and one product for taps; the
-    padded input, the im2col columns and (batch > 1) a reordered result for im2col."""
-    item = _ITEMSIZE.get(x.dtype, 8)
-    pads = _conv_pads(x, w, attrs)
-    n, c, h, wd = x.shape
-    padded = n * c * (h + sum(pads[0])) * (wd + sum(pads[1])) * item
-    path = conv2d_path(w.shape, pads)
-    if path == "1x1":
-        return n * c * prod(out.shape[2:]) * item
-    if path == "taps":
-        return padded + _bytes(out)
-    cols = c * w.shape[2] * w.shape[3] * n * prod(out.shape[2:])
-    return padded + cols * item + (_bytes(out) if n > 1 else 0)
 
 
 def _run_cost(graph: Graph, given: Mapping[str, Any]) -> tuple[int, int, float]:
@@ -343,17 +319,17 @@ def _run_cost(graph: Graph, given: Mapping[str, Any]) -> tuple[int, int, float]:
             peak = max(peak, live + RANDOM_CHUNK * 8)
             continue
         outs = sum(_bytes(t) for t in node.types)
-        work = _WORK.get(node.op, 0) * outs
-        rate = _GEMM_FLOPS_PER_S if node.op == "matmul" else _FLOPS_PER_S
-        if node.op == "conv2d":
-            x, w = (types[v] for v in node.inputs[:2])
-            work += _conv_work(x, w, node.types[0], node.attr)
-            if conv2d_path(w.shape, _conv_pads(x, w, node.attr)) != "taps":
-                rate = _GEMM_FLOPS_PER_S
-        elif node.op == "opaque":       # contiguous copies of the operands, ORT's results
-            work += 2 * (outs + sum(size.get(v, 0) for v in node.inputs))
-        peak = max(peak, live + outs + work)
         in_types = [types[v] for v in node.inputs]
+        if node.op == "opaque":         # contiguous copies of the operands, ORT's results
+            work, gemm = 2 * (outs + sum(size.get(v, 0) for v in node.inputs)), False
+        else:
+            d = OPS[node.op]
+            if d.work is not None:
+                work, gemm = d.work(in_types, list(node.types), node.attr, _bytes)
+            else:
+                work, gemm = int(d.interp_temps * outs), d.interp_gemm
+        rate = _GEMM_FLOPS_PER_S if gemm else _FLOPS_PER_S
+        peak = max(peak, live + outs + work)
         seconds += flops(node.op, in_types, list(node.types), node.attrs) / rate
         seconds += (outs + work) / _BYTES_PER_S
         for v in node.inputs:

@@ -80,7 +80,11 @@ def _cmd_verify_rules(args: argparse.Namespace) -> int:
     from .rules.parse import load_rules
     from .rules.verify import verify_rules
 
-    rules = load_rules(args.paths or None)
+    if args.paths:
+        rules = load_rules(args.paths)
+    else:                           # the shipped rules and the idioms ONNX import applies
+        from .rules.graph_rewrite import idiom_rules
+        rules = load_rules() + list(idiom_rules())
     start = time.perf_counter()
 
     def report(v) -> None:
@@ -153,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_interp)
 
     c = sub.add_parser("verify-rules", help="check rules numerically: both sides of every rule "
-                       "on random shapes with the reference interpreter (default: shipped rules)")
+                       "on random shapes with the reference interpreter (default: shipped rules "
+                       "and rules/idioms/)")
     c.add_argument("paths", nargs="*", metavar="FILE_OR_DIR")
     c.add_argument("--draws", type=int, default=4, help="instantiations per rule and direction "
                    "(default 4)")

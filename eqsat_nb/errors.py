@@ -51,3 +51,7 @@ class TirError(Exception):
 
 class ShapeError(TirError):
     """An operator was given inputs or attributes its shape function rejects."""
+
+
+class VerificationError(TirError):
+    """The optimized graph computes something else: a bug in a rule or in the optimizer."""

@@ -18,18 +18,23 @@ def _cache_dirs() -> list[Path]:
     """Folders where Numba keeps this package's cache files (*.nbi, *.nbc)."""
     root = os.environ.get("NUMBA_CACHE_DIR")
     if root:
-        # Numba mirrors the source tree below NUMBA_CACHE_DIR
-        return [p for p in Path(root).rglob("eqsat_nb") if p.is_dir()]
+        # Numba keeps a source folder D's files in NUMBA_CACHE_DIR/<D's name>_<sha1 of D's path>
+        # (numba/core/caching.py, UserProvidedCacheLocator.get_suitable_cache_subpath)
+        folders = {PACKAGE} | {p.parent for p in PACKAGE.rglob("*.py")}
+        return [Path(root) / f"{d.name}_{hashlib.sha1(str(d).encode()).hexdigest()}"
+                for d in sorted(folders)]
     return [p for p in PACKAGE.rglob("__pycache__") if p.is_dir()]
 
 
 def source_fingerprint() -> str:
     """Digest of every module that defines or feeds kernels (those mentioning numba), plus the
-    layout constants and operator table the kernels freeze in."""
+    layout constants and the operator table (ir/ops/: op ids, hence the e-graph's extra ops' ids)
+    the kernels freeze in."""
     h = hashlib.sha256()
+    table = PACKAGE / "ir" / "ops"
     for path in sorted(PACKAGE.rglob("*.py")):
         text = path.read_bytes()
-        if b"numba" in text or path.name in ("layout.py", "ops.py"):
+        if b"numba" in text or path.name == "layout.py" or path.parent == table:
             h.update(path.relative_to(PACKAGE).as_posix().encode())
             h.update(text)
     return h.hexdigest()[:16]

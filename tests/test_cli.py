@@ -100,11 +100,11 @@ def test_check_counts_ops_by_kind(capsys, tmp_path):
 
 def test_check_fails_if_any_file_fails(capsys, block, tmp_path):
     bad = tmp_path / "bad.tir"
-    bad.write_text(BLOCK.replace("ewadd", "ewsub"))
+    bad.write_text(BLOCK.replace("ewadd", "ewnope"))
     rc, out, err = run(capsys, "check", str(block), str(bad))
     assert rc == 1
     assert out.startswith(f"{block}: ok: ")
-    assert err.startswith(f"{bad}:5:8: error: unknown op 'ewsub'\n")
+    assert err.startswith(f"{bad}:5:8: error: unknown op 'ewnope'\n")
 
 
 # ------------------------------------------------------------------ print

@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from eqsat_nb.ir import interp
+from eqsat_nb.ir.ops.conv import conv2d
 from eqsat_nb.ir.builder import GraphBuilder
 from eqsat_nb.ir.ops import OPS
 
@@ -255,8 +256,8 @@ def test_conv2d_reads_a_strided_view_as_its_copy(ws):
     w = rand(*ws, seed=10)
     for stride in ((1, 1), (2, 2)):
         a = {"stride": stride, "pad": "same", "act": "none"}
-        np.testing.assert_array_equal(interp.conv2d(base, w, a),
-                                      interp.conv2d(np.ascontiguousarray(base), w, a))
+        np.testing.assert_array_equal(conv2d(base, w, a),
+                                      conv2d(np.ascontiguousarray(base), w, a))
 
 
 @pytest.mark.parametrize("pad", ["same", (0, 0, 1, 1)])
@@ -439,6 +440,8 @@ def test_matmul_fused_activation(act):
 @pytest.mark.parametrize("op,onnx_op,f", [
     ("ewadd", "Add", lambda a, b: a + b),
     ("ewmul", "Mul", lambda a, b: a * b),
+    ("ewsub", "Sub", lambda a, b: a - b),
+    ("ewdiv", "Div", lambda a, b: a / b),
 ])
 def test_binary_elementwise(op, onnx_op, f):
     x, y = rand(2, 3, 4, seed=20), rand(2, 3, 4, seed=21)
@@ -457,6 +460,64 @@ def test_unary_elementwise(op, onnx_op, f):
     got = interp_op(op, x)
     np.testing.assert_allclose(got, elementwise(f, x), **F64)
     np.testing.assert_allclose(got, ort_op(onnx_op, x), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("op,onnx_op,f,low", [
+    ("erf", "Erf", math.erf, None),
+    ("sqrt", "Sqrt", math.sqrt, 0.0),
+    ("reciprocal", "Reciprocal", lambda v: 1.0 / v, 0.5),
+])
+def test_unary_math(op, onnx_op, f, low):
+    x = rand(3, 5, seed=31) * 3 if low is None else rand(3, 5, seed=31, low=low, high=4.0)
+    got = interp_op(op, x)
+    np.testing.assert_allclose(got, elementwise(f, x), **F64)
+    if op == "erf":                    # ORT's Erf: float32 only
+        x32 = x.astype(np.float32)
+        np.testing.assert_allclose(interp_op(op, x32, dtype=np.float32),
+                                   ort_op(onnx_op, x32, opset=13), **F32)
+    else:
+        np.testing.assert_allclose(got, ort_op(onnx_op, x, opset=13), rtol=1e-12, atol=1e-15)
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(interp_op("sqrt", np.array([-1.0]))).all()
+
+
+def test_silu_is_x_times_sigmoid():
+    x = rand(3, 5, seed=32) * 4
+    got = interp_op("silu", x)
+    np.testing.assert_allclose(got, elementwise(lambda v: v * py_sigmoid(v), x), **F64)
+    # torch.onnx writes F.silu as Sigmoid and Mul: the same numbers, to the bit
+    np.testing.assert_array_equal(got, x * interp_op("sigmoid", x))
+
+
+@pytest.mark.parametrize("op,onnx_op,value,f", [
+    ("shift", "Add", 1e-5, lambda v, c: v + c),
+    ("shift", "Add", -3.0, lambda v, c: v + c),
+    ("divide", "Div", 1.4142135623730951, lambda v, c: v / c),
+    ("power", "Pow", 2.0, lambda v, c: v ** c),
+    ("power", "Pow", 3.0, lambda v, c: v ** c),
+])
+def test_scalar_forms(op, onnx_op, value, f):
+    """x (op) value, the value in x's element type, as ONNX's scalar constant operand."""
+    x = rand(2, 3, seed=33) * 2
+    got = interp_op(op, x, value=value)
+    np.testing.assert_allclose(got, elementwise(lambda v: f(v, value), x), **F64)
+    np.testing.assert_allclose(got, ort_op(onnx_op, x, np.asarray(value)), **F64)
+    x32 = x.astype(np.float32)         # float32: the constant rounded to float32 first
+    got32 = interp_op(op, x32, value=value, dtype=np.float32)
+    np.testing.assert_allclose(got32, ort_op(onnx_op, x32, np.asarray(value, np.float32)),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_gelu_tanh_form():
+    x = np.concatenate([rand(2, 7, seed=34) * 3, [[-8.0, -3.0, -1e-3, 0.0, 1e-3, 3.0, 8.0]]])
+    got = interp_op("gelu", x, approximate="tanh")
+
+    def py_tanh_gelu(v):
+        return 0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+    np.testing.assert_allclose(got, elementwise(py_tanh_gelu, x), rtol=1e-12, atol=1e-14)
+    ref = ort_op("Gelu", x.astype(np.float32), opset=20, approximate="tanh")
+    np.testing.assert_allclose(interp_op("gelu", x, dtype=np.float32, approximate="tanh"), ref,
+                               **F32)
 
 
 def test_gelu_erf_form():
@@ -552,6 +613,28 @@ def test_layernorm(xs, axis, eps):
     np.testing.assert_allclose(got, layernorm_ref(x, gamma, beta, axis, eps), **F64)
     ref = ort_op("LayerNormalization", x, gamma, beta, axis=axis, epsilon=eps)
     np.testing.assert_allclose(got, ref, **F64)
+
+
+@pytest.mark.parametrize("xs,axis,eps", [((2, 3, 8), -1, 1e-6), ((2, 3, 4), 1, 0.25)])
+def test_rmsnorm(xs, axis, eps):
+    """ONNX's RMSNormalization: x / sqrt(mean(x * x) + eps) * gamma over the axes from `axis`."""
+    x = rand(*xs, seed=36) * 2 + 1
+    norm = xs[axis % len(xs):]
+    gamma = rand(*norm, seed=37)
+    got = interp_op("rmsnorm", x, gamma, weights=(1,), axis=axis, eps=eps)
+    ref = np.zeros_like(x)
+    lead = xs[:axis % len(xs)]
+    for idx in np.ndindex(*lead):
+        row = x[idx]
+        ref[idx] = row / math.sqrt(float((row * row).mean()) + eps) * gamma
+    np.testing.assert_allclose(got, ref, **F64)
+    import onnx.defs
+    if onnx.defs.onnx_opset_version() >= 23:
+        ort = ort_op("RMSNormalization", x.astype(np.float32), gamma.astype(np.float32),
+                     opset=23, axis=axis, epsilon=eps)
+        np.testing.assert_allclose(interp_op("rmsnorm", x.astype(np.float32),
+                                             gamma.astype(np.float32), weights=(1,), axis=axis,
+                                             eps=eps, dtype=np.float32), ort, **F32)
 
 
 @pytest.mark.parametrize("axes,keepdims", [((1,), True), ((1,), False), ((0, 2), True),
@@ -727,6 +810,16 @@ SAMPLES = {
     "dropout": ([(2, 3)], (), {}),
     "broadcast": ([(3, 1)], (), {"shape": (2, 3, 4)}),
     "scale": ([(2, 3)], (), {"value": 0.25}),
+    "ewsub": ([(2, 3), (2, 3)], (), {}),
+    "ewdiv": ([(2, 3), (2, 3)], (1,), {}),
+    "shift": ([(2, 3)], (), {"value": 1e-3}),
+    "divide": ([(2, 3)], (), {"value": 1.4142135}),
+    "power": ([(2, 3)], (), {"value": 2.0}),
+    "erf": ([(2, 3)], (), {}),
+    "sqrt": ([(2, 3)], (0,), {}),
+    "reciprocal": ([(2, 3)], (), {}),
+    "silu": ([(2, 3)], (), {}),
+    "rmsnorm": ([(2, 3, 4), (4,)], (1,), {}),
 }
 
 

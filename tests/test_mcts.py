@@ -19,8 +19,10 @@ from eqsat_nb.ir.builder import GraphBuilder
 from eqsat_nb.ir.interp import run
 from eqsat_nb.ir.parse import load
 from eqsat_nb.rules.parse import load_rules, parse_rules
-from eqsat_nb.search.mcts import (Context, Job, MctsOptions, Node, Pricer, State, _expand,
-                                  masked_costs, mcts_optimize, run_simulations)
+from eqsat_nb.search.mcts import MctsOptions, mcts_optimize
+from eqsat_nb.search.mcts_tree import (Context, Node, Pricer, State, _expand, masked_costs,
+                                       run_simulations)
+from eqsat_nb.search.mcts_workers import Job
 from eqsat_nb.search.saturate import Limits, compile_rules, saturate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,6 +170,9 @@ def test_continuing_past_zero_value_decisions_reaches_the_node_limit_and_is_no_w
     the limit exactly where patience 1 stops.)"""
     model = AnalyticCostModel("a100")
     kw = dict(budget=4, node_limit=900, final_extract="ilp", seed=2)
+    # TASO's rules, which the seed and limits were chosen for (rules/transformer.rules' actions
+    # never apply on NasRNN's 2-D matmuls but change the random rollouts)
+    rules = [r for r in rules if not (r.file or "").endswith("transformer.rules")]
     eg_stop, stop = _mcts("nasrnn", rules, model, continue_on_zero=False, **kw)
     eg_go, go = _mcts("nasrnn", rules, model, zero_patience=None, **kw)
     assert stop.stop_reason == "no improving action"

@@ -33,7 +33,7 @@ BAD_FILES = sorted(BAD.glob("*.rules"))
 EXPECT = re.compile(r"// expect: (\d+):(\d+): (.+)")
 SHIPPED = REPO / "rules"
 # shipped rule files written for eqsat-nb, not converted from TENSAT (no `// tensat` origins)
-OWN = {"bias.rules"}
+OWN = {"bias.rules", "transformer.rules"}
 TENSAT_SRC = Path(os.environ.get("TENSAT_RULES", "/work/shared/reference/tensat_rules"))
 needs_tensat = pytest.mark.skipif(not (TENSAT_SRC / "converted.txt").is_file(),
                                   reason=f"TENSAT's rule files not found in {TENSAT_SRC}")
@@ -229,8 +229,9 @@ def test_shipped_rule_set_counts(shipped_rules):
     assert load_rules() == shipped_rules
     per_file = Counter(Path(r.file).name for r in shipped_rules)
     assert per_file == {"elementwise.rules": 27, "matmul.rules": 27, "conv.rules": 18,
-                        "concat.rules": 52, "multi.rules": 15, "bias.rules": 7}
-    assert len({r.name for r in shipped_rules}) == 146
+                        "concat.rules": 52, "multi.rules": 15, "bias.rules": 7,
+                        "transformer.rules": 39}
+    assert len({r.name for r in shipped_rules}) == 185
     tensat = [r for r in shipped_rules if Path(r.file).name not in OWN]
     single = [r for r in tensat if not r.is_multi]
     multi = [r for r in tensat if r.is_multi]
@@ -426,3 +427,46 @@ def test_cli_verify_rules(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"{broken}:1:28: error: variable ?b is used on the right")
     assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------ rank 3 and 4
+
+RANK3 = """\
+rule merge_projections_3d: (matmul ?x ?w), (matmul ?x ?v)
+    => (split_0 (split (matmul ?x (concat ?w ?v {axis = 1})) {axis = 2, sizes = [dim(?w, 1), dim(?v, 1)]})),
+       (split_1 (split (matmul ?x (concat ?w ?v {axis = 1})) {axis = 2, sizes = [dim(?w, 1), dim(?v, 1)]}))
+    where rank(?x) == 3 and rank(?w) == 2 and rank(?v) == 2
+"""
+
+
+def test_a_users_rank3_rule_verifies_and_runs(tmp_path, capsys):
+    """The README's example: two projections of a [B, S, H] activation merged. It verifies (the
+    search draws rank-3 activations and rank-2 weights) and `run --rules` uses it."""
+    path = tmp_path / "mine.rules"
+    path.write_text(RANK3)
+    (rule,) = load_rules(path)
+    assert verify_rule(rule).ok
+    # unsound neighbours are caught on rank-3/4 shapes: no rank condition on the weights (a
+    # batched weight), the split along axis 1, a broadcast that changes the weight's values
+    for bad in (RANK3.replace(" and rank(?w) == 2 and rank(?v) == 2", ""),
+                RANK3.replace("{axis = 2, sizes", "{axis = 1, sizes"),
+                RANK3.replace("(matmul ?x ?w), (matmul ?x ?v)",
+                              "(matmul ?x (broadcast ?w {shape = ?s})), "
+                              "(matmul ?x (broadcast ?v {shape = ?t}))")):
+        (r,) = parse_rules(bad)
+        assert not verify_rule(r).ok, bad
+    tir = tmp_path / "proj.tir"
+    tir.write_text("""func @p(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  %wq = weight @wq : tensor<64x64xf32>
+  %wk = weight @wk : tensor<64x64xf32>
+  %q = matmul(%x, %wq) : tensor<2x16x64xf32>
+  %k = matmul(%x, %wk) : tensor<2x16x64xf32>
+  %y = ewmul(%q, %k) : tensor<2x16x64xf32>
+  return %y
+}
+""")
+    rep = tmp_path / "r.json"
+    assert main(["run", str(tir), "--device", "a100", "--rules", str(path), "-q",
+                 "--report", str(rep)]) == 0
+    import json
+    assert json.loads(rep.read_text())["rules_fired"].get("merge_projections_3d", 0) >= 1

@@ -224,4 +224,30 @@ def test_which_multi_rules_are_symmetric(tensat_rules):
     sym = {r.name for r in tensat_rules if r.is_multi and is_symmetric(r.lhs, r.rhs, r.conds)}
     assert sym == {"merge_relus_axis1_2d", "merge_matmuls_axis1_2d", "merge_matmuls_axis0_2d",
                    "merge_relus_axis0_2d", "merge_relus_axis1_4d", "merge_convs_axis0",
-                   "merge_relus_axis0_4d", "merge_convs_axis1", "merge_convbiases_axis1"}
+                   "merge_relus_axis0_4d", "merge_convs_axis1", "merge_convbiases_axis1",
+                   "merge_projections", "merge_projections_bias", "merge_projections_bias_first",
+                   "merge_linears_2d"}
+
+
+def test_attribute_variables_bound_to_lists_with_one_first_value():
+    """Two matches of one rule whose attribute variable binds perms that start alike ([0, 1, 3, 2]
+    and [0, 2, 3, 1]) build nodes of different types: the applier's type cache must tell the
+    literals apart (it once keyed them on their first value and merged a 1x4x8x16 class with a
+    1x4x16x8 one)."""
+    from eqsat_nb.ir.parse import parse
+    from eqsat_nb.rules.parse import parse_rules
+    g = parse("""func @t(%x: tensor<1x8x4x16xf32>) -> tensor<1x4x16x8xf32> {
+  %a = transpose(%x) {perm = [0, 2, 1, 3]} : tensor<1x4x8x16xf32>
+  %b = transpose(%a) {perm = [0, 1, 3, 2]} : tensor<1x4x16x8xf32>
+  %c = scale(%b) {value = 0.5} : tensor<1x4x16x8xf32>
+  return %c
+}""")
+    rules = parse_rules("""
+rule scale_through_transpose: (scale (transpose ?a {perm = ?p}) {value = ?s})
+    => (transpose (scale ?a {value = ?s}) {perm = ?p})
+rule transposes: (transpose (transpose ?x {perm = [0, 2, 1, 3]}) {perm = [0, 1, 3, 2]})
+    => (transpose ?x {perm = [0, 2, 3, 1]})
+""")
+    eg = graph_to_egraph(g)
+    saturate(eg, rules, Limits(iter_limit=5))
+    assert eg.class_type(eg.find(eg.roots[0])).shape == (1, 4, 16, 8)

@@ -209,6 +209,12 @@ def gen_unary_float(name):
     return gen
 
 
+def gen_gelu(data):
+    ins, _ = gen_unary(data)
+    return ins, {"approximate": draw(data, st.sampled_from(["none", "tanh", "none", "tanh",
+                                                             "relu", "zz"]))}
+
+
 def gen_matmul(data):
     r = draw(data, st.integers(2, 5)) if chance(data, 85) else draw(data, st.integers(0, 1))
     dt = dtype(data)
@@ -380,6 +386,11 @@ def gen_layernorm(data):
         {"axis": axis, "eps": draw(data, st.floats(1e-6, 1e-2))}
 
 
+def gen_rmsnorm(data):
+    ins, attrs = gen_layernorm(data)
+    return ins[:2], attrs
+
+
 def gen_reduce_mean(data):
     x = dims(data)
     r = len(x)
@@ -445,8 +456,12 @@ GENERATORS = {
     "input": gen_leaf, "weight": gen_leaf,
     "ewadd": gen_ew_binary, "ewmul": gen_ew_binary,
     "matmul": gen_matmul, "conv2d": gen_conv2d,
-    "relu": gen_unary, "tanh": gen_unary, "sigmoid": gen_unary, "gelu": gen_unary,
+    "relu": gen_unary, "tanh": gen_unary, "sigmoid": gen_unary, "gelu": gen_gelu,
     "dropout": gen_unary_float("ratio"), "scale": gen_unary_float("value"),
+    "ewsub": gen_ew_binary, "ewdiv": gen_ew_binary, "shift": gen_unary_float("value"),
+    "divide": gen_unary_float("value"), "power": gen_unary_float("value"),
+    "erf": gen_unary, "sqrt": gen_unary, "reciprocal": gen_unary, "silu": gen_unary,
+    "rmsnorm": gen_rmsnorm,
     "poolmax": gen_pool, "poolavg": gen_pool,
     "transpose": gen_transpose, "enlarge": gen_enlarge, "concat": gen_concat,
     "split": gen_split, "merge": gen_merge, "reshape": gen_reshape, "noop": gen_noop,
@@ -454,7 +469,8 @@ GENERATORS = {
     "reduce_mean": gen_reduce_mean, "slice": gen_slice, "pad": gen_pad,
     "broadcast": gen_broadcast,
 }
-ALWAYS_VALID = {"relu", "tanh", "sigmoid", "gelu", "dropout", "scale", "noop"}
+ALWAYS_VALID = {"relu", "tanh", "sigmoid", "dropout", "scale", "noop", "shift", "divide",
+                "power", "erf", "sqrt", "reciprocal", "silu"}
 
 
 def test_every_op_has_a_generator_and_a_valid_case():
@@ -603,6 +619,10 @@ ONE_VALID = {      # op: (operand types, attributes beyond the defaults), a vali
     "slice": ([T(2, 3)], {"axes": (1,), "starts": (0,), "ends": (2,)}),
     "pad": ([T(2, 3)], {"pads": (0, 1, 1, 0)}), "dropout": ([T(2)], {}),
     "broadcast": ([T(3)], {"shape": (2, 3)}), "scale": ([T(2)], {"value": 2.0}),
+    "ewsub": ([T(2, 3)] * 2, {}), "ewdiv": ([T(2, 3)] * 2, {}),
+    "shift": ([T(2)], {"value": 1.0}), "divide": ([T(2)], {"value": 3.0}),
+    "power": ([T(2)], {"value": 2.0}), "erf": ([T(2)], {}), "sqrt": ([T(2)], {}),
+    "reciprocal": ([T(2)], {}), "silu": ([T(2)], {}), "rmsnorm": ([T(2, 3), T(3)], {}),
 }
 
 

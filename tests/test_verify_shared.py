@@ -14,6 +14,7 @@ from eqsat_nb import check_outputs
 from eqsat_nb.check_outputs import compare, estimate_verification, verify_graphs
 from eqsat_nb.cost.analytic import AnalyticCostModel
 from eqsat_nb.ir import interp
+from eqsat_nb.ir.ops import OPS
 from eqsat_nb.ir.builder import GraphBuilder
 from eqsat_nb.ir.parse import load
 from eqsat_nb.optimize import Options, optimize
@@ -228,9 +229,9 @@ def test_a_fused_activation_is_its_op_after_the_bare_op_to_the_bit(op, act):
                   [rng.standard_normal((6, 6), dtype=np.float32)] if op == "matmul" else [])
     attrs = {"conv2d": {"stride": (1, 1), "pad": "same"},
              "matmul": {}}.get(op, {"kernel": (2, 2), "stride": (1, 1), "pad": "same"})
-    fused = interp._KERNELS[op]({**attrs, "act": act}, *args)
-    bare = interp._KERNELS[op]({**attrs, "act": "none"}, *args)
-    np.testing.assert_array_equal(fused, interp._KERNELS[act]({}, bare))
+    fused = OPS[op].eval({**attrs, "act": act}, *args)
+    bare = OPS[op].eval({**attrs, "act": "none"}, *args)
+    np.testing.assert_array_equal(fused, OPS[act].eval({}, bare))
 
 
 def test_blas_runs_on_one_thread_while_verifying(monkeypatch):

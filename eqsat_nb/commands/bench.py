@@ -18,8 +18,9 @@ from typing import Any
 
 from ..errors import TirError
 from ..resources import data_dir
-from .run import (WHY_SHOWN, add_search_options, check_writable, cost_model_from_args,
-                  describe_cost_model, optimize_and_verify, write_atomic)
+from .files import check_writable, write_atomic
+from .run import (WHY_SHOWN, add_search_options, cost_model_from_args, describe_cost_model,
+                  optimize_and_verify)
 
 BENCHMARK_MODELS = ("bert", "inceptionv3", "mobilenetv2", "nasneta", "nasrnn", "resnet50",
                     "resnext50", "squeezenet", "vgg19", "transformer_transducer", "vit_base",

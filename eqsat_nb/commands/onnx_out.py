@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import TirError
+from ..errors import TirError, VerificationError
+from .files import write_atomic, write_onnx
 
 
 @dataclass
@@ -51,8 +52,6 @@ def external_files(model_path: Path) -> list[str]:
 
 def copy_input(src: str, dst: str, model: Any, force: bool) -> None:
     """OUT = the input, byte for byte, with its external data files beside it."""
-    from .run import write_atomic
-
     src_p, dst_p = Path(src), Path(dst)
     if src_p.resolve() == dst_p.resolve():
         return
@@ -122,7 +121,6 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
     the user set input shapes or dims, so the result is for those sizes."""
     from ..onnx_io.measure import guard, random_feeds
     from ..onnx_io.splice import splice
-    from .run import VerificationError, write_onnx
 
     out = args.onnx
     spliced = splice(imp, result.optimized) if result.improved else None

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
 def _calibrate(samples, force: bool) -> None:
     from ..cost.analytic import CPU, calibrated_path, profile_to_json
     from ..cost.calibrate import fit_profile
-    from .run import write_atomic
+    from .files import write_atomic
 
     out = calibrated_path()
     if out.exists() and not force:

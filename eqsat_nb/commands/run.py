@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from ..errors import TirError
+from ..errors import TirError, VerificationError
 from ..search.limits import Limits
+from .files import check_writable, write_atomic, write_onnx  # noqa: F401 - re-exported
 
 DEFAULT_LIMITS = Limits()
 
 
-class VerificationError(TirError):
-    """The optimized graph computes something else: a bug in a rule or in the optimizer."""
-
-
-# ------------------------------------------------------------------ loading and writing
+# ------------------------------------------------------------------ loading
 def load_model(path: str) -> tuple[Any, dict]:
     """(graph, weight values by name) from a `.tir` or `.onnx` file."""
     graph, weights, _ = load_source(path)
@@ -49,60 +44,6 @@ def load_source(path: str, dims: Mapping[str, int] | None = None,
         raise TirError("--dim and --input-shape apply to ONNX models only", file=path)
     from ..ir.parse import load
     return load(path), {}, None
-
-
-def check_writable(path: str | None, force: bool) -> None:
-    """Fail early (before any work) if an output would overwrite a file without --force."""
-    if path and Path(path).exists() and not force:
-        raise TirError("file exists; pass --force to overwrite it", file=path)
-
-
-def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str, ...] = ()
-                 ) -> None:
-    """Call `write(tmp)` on a temporary file next to `path`, then rename it into place.
-    `side_files` are other files `write` creates (ONNX external data): removed if it fails."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                               dir=str(target.parent if str(target.parent) else "."))
-    done = False
-    try:
-        try:        # mkstemp makes 0600; give the file what open() would under the umask
-            os.fchmod(fd, 0o666 & ~_umask())
-        finally:
-            os.close(fd)
-        write(Path(tmp))
-        os.replace(tmp, target)
-        done = True
-    except OSError as e:
-        raise TirError(f"cannot write file: {e.strerror}", file=path) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        for side in side_files if not done else ():
-            if os.path.exists(side):
-                os.unlink(side)
-
-
-def _umask() -> int:
-    """The process's umask (read by setting it and restoring it at once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_onnx(path: str, model: Any) -> None:
-    """Write an ONNX model atomically; weights beyond protobuf's 2 GB go to `PATH.data`."""
-    from ..runtime import PROTOBUF_LIMIT
-
-    if model.ByteSize() < PROTOBUF_LIMIT:
-        write_atomic(path, lambda p: p.write_bytes(model.SerializeToString()))
-        return
-    import onnx
-
-    data = Path(path).name + ".data"
-    write_atomic(path, lambda p: onnx.save_model(model, str(p), save_as_external_data=True,
-                                                 all_tensors_to_one_file=True, location=data),
-                 side_files=(str(Path(path).with_name(data)),))
 
 
 # ------------------------------------------------------------------ options
@@ -281,6 +222,9 @@ def run_command(args: argparse.Namespace) -> int:
     dims, shapes = shape_options(args)
     graph, weights, imp = load_source(args.model, dims, shapes)
     rules = load_rules(args.rules or None)
+    if imp is not None and not args.rules:    # idioms import left decomposed (rules/idioms/)
+        from ..rules.graph_rewrite import idioms_for_search
+        rules += idioms_for_search(graph, rules)
     dropped: dict[str, str] = {}
     if imp is not None and args.onnx:     # only rewrites the model's opset can express
         from ..onnx_io.importer import default_opset

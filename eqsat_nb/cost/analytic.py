@@ -89,14 +89,15 @@ from typing import Any, Mapping
 
 from ..errors import TirError
 from ..ir.graph import TensorType
-from ..ir.ops import flops
+from ..ir.ops import flops, ops_priced_as
 from .model import FREE_OPS, CostModel, OpSignature
 
 ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
-TRANSCENDENTAL = frozenset({"tanh", "sigmoid", "gelu", "softmax"})
-POOLS = frozenset({"poolmax", "poolavg"})
-VIEWS = frozenset({"reshape", "dropout"})
-MATRIX = frozenset({"matmul", "conv2d"})
+# each op's pricing class is its `OpDef.cost` (ir/ops/, one module per operator family)
+TRANSCENDENTAL = ops_priced_as("transcendental")     # tanh, sigmoid, gelu, softmax, ...
+POOLS = ops_priced_as("pool")
+VIEWS = ops_priced_as("view")                        # reshape, dropout
+MATRIX = ops_priced_as("matrix")                     # matmul, conv2d
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,15 @@ Conventions:
 - conv/pool padding is always explicit ONNX `pads` [top, left, bottom, right] computed by
   `spatial_pads` ("same" = SAME_UPPER); groups = C_in / weight dim 1 (`ops.conv_groups`).
 
-Lowerings: ewadd->Add, ewmul->Mul, matmul->MatMul, conv2d->Conv, relu/tanh/sigmoid, poolmax->MaxPool,
-poolavg->AveragePool(count_include_pad=1), transpose, concat, split->Split (sizes as an
-initializer), reshape (shape initializer), batchnorm->BatchNormalization, softmax,
-layernorm->LayerNormalization (opset 17), gelu->Gelu (opset 20), reduce_mean->ReduceMean (axes an input from opset 18), slice, pad, dropout->Identity,
-broadcast->Expand, scale->Mul by a scalar initializer, enlarge->Pad of the kernel (the reference
-operand only contributes its shape and is not part of the model), merge->Reshape, Mul by a
-block-diagonal 0/1 mask, Reshape. Leaves (`input`, `weight`) and `noop` have no ONNX node:
-`one_node_model` raises NotImplementedError for them.
+Each op is written by its own `OpDef.to_onnx` (ir/ops/, one module per operator family), the
+form the exporter writes too, with this module's writer: static operands (shapes, sizes, scalars)
+as initializers, padding as explicit `pads`, and nothing folded (enlarge's reference operand only
+lends its shape and is not part of the model). Leaves (`input`, `weight`) and `noop` have no
+one-node model (`OpDef.unmeasured` says why): `one_node_model` raises NotImplementedError.
 
-Models are written in opset `OPSET` (17) unless the caller asks for a later one (`opset`); the
-`ort` backend uses the exporter's, so onnxruntime runs the kernel versions of an exported model.
+Models are written in opset `OPSET` (17) unless the caller asks for a later one (`opset`) or the
+op's usual form needs one (`OpDef.measure_opset`: Gelu from 20); the `ort` backend uses the
+exporter's, so onnxruntime runs the kernel versions of an exported model.
 
 Element types map one to one (f32 -> FLOAT, ...). onnxruntime's CPU provider has float32-only
 kernels for Conv, AveragePool, Gelu and Erf, so measure float models as f32.
@@ -38,35 +36,31 @@ from onnx import helper, numpy_helper
 from ..ir.graph import TensorType
 from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
 from ..ir.ops import OPS, infer_types, normalize_attrs, op_def
+from ..ir.ops.onnx_map import ACT_ONNX, OnnxNode
 from ..ir.shapes import spatial_pads
 
 OPSET = 17
-GELU_OPSET = 20
 IR_VERSION = 9          # what onnxruntime 1.31 accepts
 
 ONNX_DTYPES = DTYPE_TO_ONNX     # IR dtype -> ONNX element type (the IR's one table)
-_ACT_ONNX = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 
 #: Operators without an ONNX lowering, and why.
-UNSUPPORTED = {
-    "input": "a leaf: a graph input, computes nothing",
-    "weight": "a leaf: a constant tensor, computes nothing",
-    "noop": "joins outputs into one root; computes nothing (costs 0)",
-}
+UNSUPPORTED = {op: d.unmeasured for op, d in OPS.items() if d.unmeasured or d.to_onnx is None}
 SUPPORTED = tuple(op for op, d in OPS.items() if op not in UNSUPPORTED)
 
 
 class _Lowering:
-    """Collects nodes and initializers for one model."""
+    """Collects nodes and initializers for one model: the writer of ir/ops/onnx_map.py."""
 
     def __init__(self, input_types: Sequence[TensorType], weights: set[int], seed: int,
-                 positive: set[int]) -> None:
+                 positive: set[int], opset: int) -> None:
         self.types = list(input_types)
         self.weights = weights
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.rng = np.random.default_rng(seed)
         self.positive = positive
+        self.opset = opset
         self._n = 0
 
     def const(self, value: Any, dtype: Any = np.int64, name: str | None = None) -> str:
@@ -74,11 +68,27 @@ class _Lowering:
         self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
 
-    def tmp(self) -> str:
+    def constant(self, n: OnnxNode, hint: str, arr: np.ndarray, doc: str = "") -> str:
+        return self.const(arr, arr.dtype)
+
+    def ints(self, n: OnnxNode, hint: str, values: Any) -> str:
+        return self.const(list(values))
+
+    def tmp(self, n: OnnxNode | None = None, hint: str = "") -> str:
         self._n += 1
         return f"t{self._n}"
 
-    def node(self, op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
+    def padding(self, a: dict, hw: tuple[int, int], kernel: Sequence[int]) -> dict[str, Any]:
+        (t, b), (l, r) = spatial_pads(tuple(hw), tuple(kernel), tuple(a["stride"]), a["pad"])
+        return {"pads": [int(t), int(l), int(b), int(r)]}
+
+    def weight_value(self, n: OnnxNode, i: int) -> None:
+        return None              # nothing is folded: the op itself is measured
+
+    def fold(self, n: OnnxNode, arr: np.ndarray) -> None:    # pragma: no cover - never called
+        raise AssertionError("a one-node model folds nothing")
+
+    def add(self, op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
         self.nodes.append(helper.make_node(op_type, inputs, outputs, **attrs))
 
     def operand(self, i: int) -> str:
@@ -100,102 +110,18 @@ def random_array(ty: TensorType, rng: np.random.Generator, positive: bool = Fals
     return rng.standard_normal(ty.shape).astype(dt)
 
 
-def _act(lw: _Lowering, act: str, src: str, out: str) -> None:
-    lw.node(_ACT_ONNX[act], [src], [out])
-
-
-def _with_act(lw: _Lowering, act: str, op_type: str, inputs: list[str], out: str, **attrs: Any) -> None:
-    if act == "none":
-        lw.node(op_type, inputs, [out], **attrs)
-    else:
-        t = lw.tmp()
-        lw.node(op_type, inputs, [t], **attrs)
-        _act(lw, act, t, out)
-
-
-def _onnx_pads(x: TensorType, kernel: Sequence[int], stride: Sequence[int], pad: Any) -> list[int]:
-    (t, b), (l, r) = spatial_pads(tuple(x.shape[2:]), tuple(kernel), tuple(stride), pad)
-    return [int(t), int(l), int(b), int(r)]
-
-
-def _lower(lw: _Lowering, op: str, a: dict, outs: list[TensorType], opset: int = OPSET
-           ) -> tuple[list[str], int]:
-    """Emit the nodes of `op` for (at least) `opset`; returns (the operand names the model reads,
-    opset)."""
+def _lower(lw: _Lowering, op: str, a: dict, outs: list[TensorType]) -> list[str]:
+    """Emit the nodes of `op`; returns the operand names the model reads."""
     ins = [lw.operand(i) for i in range(len(lw.types))]
-    ts = lw.types
-    simple = {"ewadd": "Add", "ewmul": "Mul", "relu": "Relu", "tanh": "Tanh",
-              "sigmoid": "Sigmoid", "dropout": "Identity"}
-    if op in simple:
-        lw.node(simple[op], ins, ["out0"])
-    elif op == "matmul":
-        _with_act(lw, a["act"], "MatMul", ins, "out0")
-    elif op == "conv2d":      # an optional bias is Conv's B, fused into the kernel
-        x, w = ts[:2]
-        kernel = w.shape[2:]
-        _with_act(lw, a["act"], "Conv", ins, "out0", kernel_shape=list(kernel),
-                  strides=list(a["stride"]), pads=_onnx_pads(x, kernel, a["stride"], a["pad"]),
-                  group=x.shape[1] // w.shape[1], dilations=[1, 1])
-    elif op in ("poolmax", "poolavg"):
-        extra = {"count_include_pad": 1} if op == "poolavg" else {}
-        _with_act(lw, a["act"], "MaxPool" if op == "poolmax" else "AveragePool", ins, "out0",
-                  kernel_shape=list(a["kernel"]), strides=list(a["stride"]),
-                  pads=_onnx_pads(ts[0], a["kernel"], a["stride"], a["pad"]), **extra)
-    elif op == "transpose":
-        lw.node("Transpose", ins, ["out0"], perm=list(a["perm"]))
-    elif op == "concat":
-        lw.node("Concat", ins, ["out0"], axis=a["axis"])
-    elif op == "split":
-        lw.node("Split", [ins[0], lw.const(a["sizes"])], [f"out{j}" for j in range(len(outs))],
-                axis=a["axis"])
-    elif op == "reshape":
-        lw.node("Reshape", [ins[0], lw.const(a["shape"])], ["out0"])
-    elif op == "batchnorm":
-        lw.node("BatchNormalization", ins, ["out0"], epsilon=a["eps"])
-    elif op == "softmax":
-        lw.node("Softmax", ins, ["out0"], axis=a["axis"])
-    elif op == "layernorm":
-        lw.node("LayerNormalization", ins, ["out0"], axis=a["axis"], epsilon=a["eps"])
-    elif op == "gelu":     # Gelu exists from opset 20 (onnxruntime: float32 kernel only)
-        lw.node("Gelu", ins, ["out0"])
-        opset = max(opset, GELU_OPSET)
-    elif op == "reduce_mean":
-        if opset >= 18:        # axes became an input in opset 18
-            lw.node("ReduceMean", [ins[0], lw.const(a["axes"])], ["out0"],
-                    keepdims=int(a["keepdims"]))
-        else:
-            lw.node("ReduceMean", ins, ["out0"], axes=list(a["axes"]), keepdims=int(a["keepdims"]))
-    elif op == "slice":
-        lw.node("Slice", [ins[0], lw.const(a["starts"]), lw.const(a["ends"]),
-                          lw.const(a["axes"])], ["out0"])
-    elif op == "pad":
-        lw.node("Pad", [ins[0], lw.const(a["pads"]),
-                        lw.const(a["value"], NP_DTYPES[ts[0].dtype])], ["out0"], mode="constant")
-    elif op == "broadcast":
-        lw.node("Expand", [ins[0], lw.const(a["shape"])], ["out0"])
-    elif op == "scale":
-        lw.node("Mul", [ins[0], lw.const(a["value"], NP_DTYPES[ts[0].dtype])], ["out0"])
-    elif op == "enlarge":
-        w, ref = ts
-        kh, kw = w.shape[2:]
-        rh, rw = ref.shape[2:]
-        ph, pw = (rh - kh) // 2, (rw - kw) // 2
-        pads = [0, 0, ph, pw, 0, 0, rh - kh - ph, rw - kw - pw]
-        lw.node("Pad", [ins[0], lw.const(pads)], ["out0"], mode="constant")
-        ins = ins[:1]           # the reference kernel only lends its shape
-    elif op == "merge":
-        (w,) = ts
-        count, groups = a["count"], a["groups"]
-        o, cg, kh, kw = w.shape
-        blocks = (groups // count, count, o // groups, 1, cg, kh, kw)
-        mask = np.eye(count, dtype=NP_DTYPES[w.dtype]).reshape(1, count, 1, count, 1, 1, 1)
-        r, m = lw.tmp(), lw.tmp()
-        lw.node("Reshape", [ins[0], lw.const(blocks)], [r])
-        lw.node("Mul", [r, lw.const(mask, mask.dtype)], [m])
-        lw.node("Reshape", [m, lw.const(outs[0].shape)], ["out0"])
-    else:  # pragma: no cover - guarded by UNSUPPORTED
-        raise NotImplementedError(f"no ONNX lowering for op '{op}'")
-    return ins, opset
+    act = a.get("act", "none")
+    names = [f"out{j}" for j in range(len(outs))]
+    n = OnnxNode(op, a, ins, names, lw.tmp() if act != "none" else names[0], list(lw.types),
+                 list(outs))
+    OPS[op].to_onnx(lw, n)
+    if act != "none":
+        lw.add(ACT_ONNX[act], [n.main], names[:1])
+    read = {v for node in lw.nodes for v in node.input}
+    return [v for v in ins if v in read]
 
 
 def one_node_model(op: str, attrs: Mapping[str, Any] | Iterable[tuple[str, Any]],
@@ -216,9 +142,9 @@ def one_node_model(op: str, attrs: Mapping[str, Any] | Iterable[tuple[str, Any]]
     weights = set(weight_inputs or ())
     if any(not 0 <= i < len(input_types) for i in weights):
         raise ValueError(f"weight_inputs {sorted(weights)} out of range for {len(input_types)} operands")
-    positive = {4} if op == "batchnorm" else set()
-    lw = _Lowering(input_types, weights, seed, positive)
-    used, opset = _lower(lw, op, dict(norm), outs, opset)
+    opset = max(opset, opdef.measure_opset)
+    lw = _Lowering(input_types, weights, seed, set(opdef.positive), opset)
+    used = _lower(lw, op, dict(norm), outs)
     graph_inputs = []
     for i, ty in enumerate(input_types):
         name = lw.operand(i)

@@ -14,7 +14,8 @@ settings) and `time.perf_counter_ns`. Replays (calls on the CPU) are repeated un
 `target_s` is spent, at least `min_repeats` and at most `repeats` times. Everything runs under
 `torch.inference_mode()`.
 
-The lowering follows the operator table's semantics (`ir/interp.py`): explicit asymmetric padding
+Each op's lowering is its `OpDef.torch` (ir/ops/, one module per operator family) and follows its
+reference semantics (`OpDef.eval`): explicit asymmetric padding
 becomes `F.pad` before the conv/pool (what a framework would run), a fused `act` is a second call,
 `transpose`/`broadcast` materialize (`.contiguous()`), while `reshape`, `split`, `slice` and
 `dropout` are views and cost only their call overhead, as in cuDNN-style runtimes. Weight
@@ -32,8 +33,7 @@ import numpy as np
 
 from ..ir.graph import TensorType
 from ..ir.opaque import NP_DTYPES
-from ..ir.ops import conv_groups, infer_types
-from ..ir.shapes import spatial_pads
+from ..ir.ops import OPS
 from .db import CostCache
 from .measured import MeasuredCostModel
 from .onnx_node import random_array
@@ -68,121 +68,13 @@ def unavailable(device: str | None = None) -> str | None:
 
 def lower(op: str, a: Mapping[str, Any], input_types: Sequence[TensorType]
           ) -> Callable[..., Any]:
-    """A function of the operand tensors computing `op` with attributes `a` in PyTorch."""
+    """A function of the operand tensors computing `op` with attributes `a` in PyTorch: the op's
+    own `OpDef.torch` lowering (ir/ops/, one module per operator family)."""
     torch = _import_torch()
-    F = torch.nn.functional
-    acts = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid,
-            "tanh": torch.tanh}
-
-    def spatial(x_t: TensorType, kernel, stride, pad):
-        (t, b), (l, r) = spatial_pads(tuple(x_t.shape[2:]), tuple(kernel), tuple(stride), pad)
-        return (t, b, l, r)
-
-    if op == "ewadd":
-        return torch.add
-    if op == "ewmul":
-        return torch.mul
-    if op == "matmul":
-        act = acts[a["act"]]
-        return lambda x, y: act(torch.matmul(x, y))
-    if op == "conv2d":
-        x_t, w_t = input_types[:2]
-        t, b, l, r = spatial(x_t, w_t.shape[2:], a["stride"], a["pad"])
-        groups = conv_groups(x_t, w_t)
-        act = acts[a["act"]]
-        stride = tuple(a["stride"])
-        if t == b and l == r:      # bias=None where conv2d has none
-            return lambda x, w, bias=None: act(F.conv2d(x, w, bias, stride=stride,
-                                                        padding=(t, l), groups=groups))
-        return lambda x, w, bias=None: act(F.conv2d(F.pad(x, (l, r, t, b)), w, bias,
-                                                    stride=stride, groups=groups))
-    if op in ("relu", "tanh", "sigmoid"):
-        return acts[op]
-    if op in ("poolmax", "poolavg"):
-        (x_t,) = input_types
-        t, b, l, r = spatial(x_t, a["kernel"], a["stride"], a["pad"])
-        kernel, stride, act = tuple(a["kernel"]), tuple(a["stride"]), acts[a["act"]]
-        pool = F.max_pool2d if op == "poolmax" else F.avg_pool2d
-        fill = float("-inf") if op == "poolmax" else 0.0
-        extra = {} if op == "poolmax" else {"count_include_pad": True}
-        if t == b and l == r and 2 * t <= kernel[0] and 2 * l <= kernel[1]:
-            return lambda x: act(pool(x, kernel, stride, padding=(t, l), **extra))
-        return lambda x: act(pool(F.pad(x, (l, r, t, b), value=fill), kernel, stride))
-    if op == "transpose":
-        perm = tuple(a["perm"])
-        return lambda x: x.permute(perm).contiguous()
-    if op == "concat":
-        axis = a["axis"]
-        return lambda *xs: torch.cat(xs, dim=axis)
-    if op == "split":
-        sizes, axis = list(a["sizes"]), a["axis"]
-        return lambda x: torch.split(x, sizes, dim=axis)
-    if op == "reshape":
-        shape = tuple(a["shape"])
-        return lambda x: x.reshape(shape)
-    if op == "batchnorm":
-        eps = a["eps"]
-        return lambda x, s, b, m, v: F.batch_norm(x, m, v, s, b, training=False, eps=eps)
-    if op == "softmax":
-        axis = a["axis"]
-        return lambda x: torch.softmax(x, dim=axis)
-    if op == "layernorm":
-        x_t = input_types[0]
-        axis = a["axis"] % len(x_t.shape)
-        norm_shape, eps = tuple(x_t.shape[axis:]), a["eps"]
-        return lambda x, g, b: F.layer_norm(x, norm_shape, g.reshape(norm_shape),
-                                            b.reshape(norm_shape), eps)
-    if op == "gelu":
-        return F.gelu
-    if op == "reduce_mean":
-        axes, keep = tuple(a["axes"]), bool(a["keepdims"])
-        return lambda x: x.mean(dim=axes, keepdim=keep)
-    if op == "slice":
-        x_t = input_types[0]
-        index = [slice(None)] * len(x_t.shape)
-        for ax, s, e in zip(a["axes"], a["starts"], a["ends"]):
-            index[ax % len(x_t.shape)] = slice(s, e)
-        idx = tuple(index)
-        return lambda x: x[idx]
-    if op == "pad":
-        r = len(input_types[0].shape)
-        p = a["pads"]
-        flat: list[int] = []
-        for i in reversed(range(r)):
-            flat += [p[i], p[i + r]]
-        value = float(a["value"])
-        return lambda x: F.pad(x, tuple(flat), value=value)
-    if op == "dropout":
-        return lambda x: x
-    if op == "broadcast":
-        shape = tuple(a["shape"])
-        return lambda x: x.expand(shape).contiguous()
-    if op == "scale":
-        value = float(a["value"])
-        return lambda x: x * value
-    if op == "enlarge":
-        w_t, ref_t = input_types
-        kh, kw = w_t.shape[2:]
-        rh, rw = ref_t.shape[2:]
-        ph, pw = (rh - kh) // 2, (rw - kw) // 2
-        pads = (pw, rw - kw - pw, ph, rh - kh - ph)
-        return lambda w, ref: F.pad(w, pads)
-    if op == "merge":
-        (w_t,) = input_types
-        count, groups = a["count"], a["groups"]
-        o, cg, kh, kw = w_t.shape
-        blocks = (groups // count, count, o // groups, 1, cg, kh, kw)
-        out_shape = tuple(infer_types("merge", [w_t], tuple(a.items()))[0].shape)
-        mask_np = np.eye(count, dtype=NP_DTYPES[w_t.dtype]).reshape(1, count, 1, count, 1, 1, 1)
-        cache: dict[Any, Any] = {}
-
-        def merge(w):
-            key = (w.device, w.dtype)
-            if key not in cache:
-                cache[key] = torch.as_tensor(mask_np, device=w.device)
-            return (w.reshape(blocks) * cache[key]).reshape(out_shape)
-        return merge
-    raise NotImplementedError(f"op '{op}' has no torch lowering")
+    d = OPS.get(op)
+    if d is None or d.torch is None:
+        raise NotImplementedError(f"op '{op}' has no torch lowering")
+    return d.torch(torch, dict(a), list(input_types))
 
 
 METHODS = ("graph", "event")
@@ -265,7 +157,8 @@ class TorchCostModel(MeasuredCostModel):
         if self.dev.type == "cuda":
             return device_operands(self.torch, input_types, self.dev, op)
         rng = np.random.default_rng(0)
-        return [self.torch.as_tensor(random_array(t, rng, positive=(op == "batchnorm" and i == 4)),
+        positive = OPS[op].positive if op in OPS else ()
+        return [self.torch.as_tensor(random_array(t, rng, positive=i in positive),
                                      device=self.dev) for i, t in enumerate(input_types)]
 
     def _repeats(self, one_s: float) -> int:

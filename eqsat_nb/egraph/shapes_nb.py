@@ -1,4 +1,4 @@
-"""The operator table's shape functions (ir/ops.py) ported to Numba, on encoded rows.
+"""The operator table's shape functions (ir/ops/) ported to Numba, on encoded rows.
 
 Rule application builds new e-nodes inside Numba and must shape-check each one without calling
 Python. `infer_row` does what `normalize_attrs` + `infer_types` do for one node, on the encoded
@@ -27,10 +27,15 @@ that a kernel reads is frozen into the cached machine code, and a change in *ano
 such a value came from is not noticed. So every value the kernels read is a literal of this file:
 the op ids and attribute schemas are spelled out in `_SCHEMA` below (e-graph op id = position in
 ops.OP_NAMES = position here), the row kinds are copied from literals.py. At import,
-`_check_tables` compares them with ops.py, literals.py and layout.py and raises RuntimeError on any
+`_check_tables` compares them with ir/ops/, literals.py and layout.py and raises RuntimeError on any
 difference (an op added, removed, reordered, an attribute renamed, moved or re-kinded), so a stale
 port can never run silently. Values that depend on a Literals instance (string ids) come in at
 run time in `consts` (see `shape_consts`).
+
+Why one file of ~740 lines: the port must be one file (Numba's cache is keyed on it, see above,
+and `_check_tables` compares one `_SCHEMA` with the table); the definitions it ports live one
+module per operator family in ir/ops/ (docs/operators.md: adding an op adds a `_SCHEMA` line and a
+case in `infer_row` here).
 
 Compile time. The helpers stay functions of their own: inlined (inline="always") into
 `infer_row` they made its type inference slower than compiling each once (measured: a first run
@@ -58,6 +63,8 @@ A_PAIR = 6                    # ints: exactly two, both > 0 (stride, kernel)
 A_PAD = 7                     # "same", "valid" or four ints >= 0
 A_ACT = 8                     # str: one of ops.ACTIVATIONS
 A_DTYPE = 9                   # str: one of ir.graph.DTYPES
+A_APPROX = 10                 # str: "none" or "tanh" (gelu's approximate)
+APPROXIMATIONS = ("none", "tanh")
 
 VARIADIC = -1
 
@@ -85,20 +92,31 @@ _SCHEMA = (
     ("batchnorm", 5, 5, (("eps", A_FLOAT),)),
     ("softmax", 1, 1, (("axis", A_INT),)),
     ("layernorm", 3, 3, (("axis", A_INT), ("eps", A_FLOAT))),
-    ("gelu", 1, 1, ()),
+    ("gelu", 1, 1, (("approximate", A_APPROX),)),
     ("reduce_mean", 1, 1, (("axes", A_INTS), ("keepdims", A_BOOL))),
     ("slice", 1, 1, (("axes", A_INTS), ("starts", A_INTS), ("ends", A_INTS))),
     ("pad", 1, 1, (("pads", A_INTS), ("value", A_FLOAT))),
     ("dropout", 1, 1, (("ratio", A_FLOAT),)),
     ("broadcast", 1, 1, (("shape", A_INTS),)),
     ("scale", 1, 1, (("value", A_FLOAT),)),
+    ("ewsub", 2, 2, ()),
+    ("ewdiv", 2, 2, ()),
+    ("shift", 1, 1, (("value", A_FLOAT),)),
+    ("divide", 1, 1, (("value", A_FLOAT),)),
+    ("power", 1, 1, (("value", A_FLOAT),)),
+    ("erf", 1, 1, ()),
+    ("sqrt", 1, 1, ()),
+    ("reciprocal", 1, 1, ()),
+    ("silu", 1, 1, ()),
+    ("rmsnorm", 2, 2, (("axis", A_INT), ("eps", A_FLOAT))),
 )
 SCHEMA_NAMES: tuple[str, ...] = tuple(s[0] for s in _SCHEMA)
 _ID = {name: i for i, name in enumerate(SCHEMA_NAMES)}
 N_OPS = len(_SCHEMA)
 (INPUT, WEIGHT, EWADD, EWMUL, MATMUL, CONV2D, RELU, TANH, SIGMOID, POOLMAX, POOLAVG, TRANSPOSE,
  ENLARGE, CONCAT, SPLIT, MERGE, RESHAPE, NOOP, BATCHNORM, SOFTMAX, LAYERNORM, GELU, REDUCE_MEAN,
- SLICE, PAD, DROPOUT, BROADCAST, SCALE) = (_ID[n] for n in SCHEMA_NAMES)
+ SLICE, PAD, DROPOUT, BROADCAST, SCALE, EWSUB, EWDIV, SHIFT, DIVIDE, POWER, ERF, SQRT, RECIPROCAL,
+ SILU, RMSNORM) = (_ID[n] for n in SCHEMA_NAMES)
 
 _MAX_ATTRS = max(len(s[3]) for s in _SCHEMA)
 _ARITY = np.array([(lo, hi) for _, lo, hi, _ in _SCHEMA], np.int64)
@@ -110,7 +128,7 @@ for _i, (*_, _attrs) in enumerate(_SCHEMA):
 
 
 def _check_tables() -> None:
-    """Raise RuntimeError when ops.py / literals.py / layout.py no longer match this port."""
+    """Raise RuntimeError when ir/ops/ / literals.py / layout.py no longer match this port."""
     from ..ir import ops
     from . import layout, literals
 
@@ -128,6 +146,7 @@ def _check_tables() -> None:
             k = spec.kind
             if k == "str":
                 code = (A_ACT if spec.choices == ops.ACTIVATIONS
+                        else A_APPROX if spec.choices == APPROXIMATIONS
                         else A_STR if not spec.choices else -1)
             elif k == "ints":
                 code = A_PAIR if spec.name in ("stride", "kernel") else A_INTS
@@ -263,6 +282,9 @@ def _attr_ok(code: int, row: np.ndarray, consts: np.ndarray) -> bool:
         return _is_str(row, consts, np.int64(S_NONE), np.int64(S_TANH + 1))
     if code == A_DTYPE:
         return _is_str(row, consts, np.int64(S_DTYPE0), consts.size)
+    if code == A_APPROX:                  # "none" or "tanh": consts[S_NONE], consts[S_TANH]
+        return kind == K_STR and row[1] == 1 and (row[2] == consts[S_NONE]
+                                                  or row[2] == consts[S_TANH])
     return False
 
 
@@ -530,13 +552,14 @@ def _softmax(axis_row: np.ndarray, x: np.ndarray, out: np.ndarray) -> int:
 
 
 @njit(cache=True)
-def _layernorm(axis_row: np.ndarray, ins: np.ndarray, out: np.ndarray) -> int:
+def _layernorm(axis_row: np.ndarray, ins: np.ndarray, nin: int, out: np.ndarray) -> int:
+    """layernorm (nin 3: x, gamma, beta) and rmsnorm (nin 2: x, gamma)."""
     x = ins[0]
     r = x[1]
     axis = _norm_axis(axis_row[2], r)
-    if axis < 0 or not _same_dtype(ins, np.int64(3)):
+    if axis < 0 or not _same_dtype(ins, nin):
         return 0
-    for k in range(1, 3):                  # gamma, beta: shape x.shape[axis:]
+    for k in range(1, nin):                # gamma, beta: shape x.shape[axis:]
         p = ins[k]
         if p[1] != r - axis:
             return 0
@@ -646,9 +669,12 @@ def infer_row(op: int, attrs: np.ndarray, nattr: int, ins: np.ndarray, nin: int,
 
     if op == INPUT or op == WEIGHT:
         return _leaf(attrs, consts, out)
-    if op == EWADD or op == EWMUL:
+    if op == EWADD or op == EWMUL or op == EWSUB or op == EWDIV:
         return _ew_binary(ins, out)
     if op == RELU or op == TANH or op == SIGMOID or op == GELU or op == DROPOUT or op == SCALE:
+        return _copy_type(ins[0], out)
+    if op == SHIFT or op == DIVIDE or op == POWER or op == ERF or op == SQRT or \
+            op == RECIPROCAL or op == SILU:
         return _copy_type(ins[0], out)
     if op == MATMUL:
         return _matmul(ins, out)
@@ -682,7 +708,9 @@ def infer_row(op: int, attrs: np.ndarray, nattr: int, ins: np.ndarray, nin: int,
     if op == SOFTMAX:
         return _softmax(attrs[0], ins[0], out)
     if op == LAYERNORM:
-        return _layernorm(attrs[0], ins, out)
+        return _layernorm(attrs[0], ins, np.int64(3), out)
+    if op == RMSNORM:
+        return _layernorm(attrs[0], ins, np.int64(2), out)
     if op == REDUCE_MEAN:
         return _reduce_mean(attrs[0], attrs[1], ins[0], out)
     if op == SLICE:

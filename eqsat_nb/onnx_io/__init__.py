@@ -4,7 +4,8 @@ ONNX node becomes an `opaque` node that rules never touch but that keeps the gra
 from __future__ import annotations
 
 from .exporter import save_onnx, to_onnx
-from .importer import DEFAULT_DIM, OnnxImport, from_onnx, import_onnx, load_onnx, read_onnx
+from .input_types import DEFAULT_DIM
+from .read import OnnxImport, from_onnx, import_onnx, load_onnx, read_onnx
 
 __all__ = ["DEFAULT_DIM", "OnnxImport", "from_onnx", "import_onnx", "load_onnx", "read_onnx",
            "save_onnx", "to_onnx"]

@@ -106,7 +106,7 @@ def check_case(case: Any, run_opaque: bool = True, roundtrip: bool = True) -> Ca
 
     from ..ir.interp import run
     from .exporter import to_onnx
-    from .importer import from_onnx
+    from .read import from_onnx
 
     model = case.model
     ops = tuple(sorted({n.op_type for n in model.graph.node}))

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ir.interp import random_tensor, run
 from ..ir.opaque import NP_DTYPES
-from .importer import OnnxImport
+from .read import OnnxImport
 
 
 def ort_run(model: Any, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

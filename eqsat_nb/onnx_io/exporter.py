@@ -1,7 +1,8 @@
 """IR Graph → ONNX model.
 
-Every IR op becomes the ONNX node(s) with the same semantics; what one IR node needs several ONNX
-nodes for is written so that the importer can put it back together, which makes
+Every IR op becomes the ONNX node(s) with the same semantics, written by its `OpDef.to_onnx`
+(ir/ops/, one module per operator family) through the writer below; what one IR node needs
+several ONNX nodes for is written so that the importer can put it back together, which makes
 `.tir → .onnx → .tir` the identity:
 
 - value names are the SSA names without `%`; helper values get a `#` in their name (never valid in
@@ -25,26 +26,22 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import TirError
-from ..ir.graph import Graph, Node, TensorType
-from ..ir.interp import _positive_weights, enlarge, merge, random_tensor
+from ..ir.graph import Graph, Node
+from ..ir.interp import positive_weights, random_tensor
 from ..ir.opaque import (DEFAULT_OPSET, DTYPE_TO_ONNX, EMPTY, IR_VERSION, NP_DTYPES, decode_node,
                          empty_tensor)
+from ..ir.ops import OPS
+from ..ir.ops.onnx_map import ACT_ONNX, OnnxNode
 
 WEIGHTS_KEY = "eqsat-nb.weights"
 EXTERNAL_BYTES = 1_500_000_000
-# the opset from which each op's ONNX form below exists (Softmax: the last-axis-only semantics
-# before 13 differ; Split takes sizes as an input from 13; ...)
-OPSET_NEEDED = {"split": 13, "softmax": 13, "layernorm": 17, "slice": 10, "pad": 11,
-                "dropout": 12, "enlarge": 13, "merge": 13, "gelu": 9, "broadcast": 8,
-                "reshape": 5, "reduce_mean": 1, "batchnorm": 9}
-# the oldest opset each op can be written in at all (older forms below: Split's sizes, Slice's and
+# the opset from which each op's usual ONNX form exists (Softmax: the last-axis-only semantics
+# before 13 differ; Split takes sizes as an input from 13; ...): `OpDef.onnx_opset[1]`
+OPSET_NEEDED = {n: d.onnx_opset[1] for n, d in OPS.items() if d.onnx_opset[1] > 1}
+# the oldest opset each op can be written in at all (older forms: Split's sizes, Slice's and
 # Pad's parameters as attributes, Dropout's ratio attribute, Softmax on the last axis): what a
-# model's own opset allows when new nodes are written into it (splice.py)
-OPSET_MIN = {"split": 2, "slice": 1, "pad": 2, "dropout": 7, "softmax": 1, "layernorm": 17,
-             "gelu": 9, "broadcast": 8, "reshape": 5, "batchnorm": 7, "enlarge": 11, "merge": 11,
-             "reduce_mean": 1}
-_ACT_OPS = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
-_SIMPLE = {"ewadd": "Add", "ewmul": "Mul", "relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
+# model's own opset allows when new nodes are written into it (splice.py); `OpDef.onnx_opset[0]`
+OPSET_MIN = {n: d.onnx_opset[0] for n, d in OPS.items() if d.onnx_opset[0] > 1}
 
 
 def _target_opset(graph: Graph, opset: int | None) -> tuple[int, dict[str, int]]:
@@ -112,9 +109,10 @@ class _Writer:
             self.name.setdefault(v, v[1:])
         self.given = weights
         self.seed = seed
-        self.positive = _positive_weights(graph)
+        self.positive = positive_weights(graph)
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ the writer protocol
+    # (ir/ops/onnx_map.py): what the ops' `to_onnx` hooks call
     def const(self, out: str, arr: np.ndarray, doc: str = "") -> str:
         """A Constant node (static operand: shapes, axes, sizes, scalars)."""
         node = self.h.make_node("Constant", [], [out], value=self.nph.from_array(arr, out))
@@ -123,8 +121,26 @@ class _Writer:
         self.nodes.append(node)
         return out
 
-    def ints(self, out: str, values: Any) -> str:
+    def constant(self, n: OnnxNode, hint: str, arr: np.ndarray, doc: str = "") -> str:
+        return self.const(f"{n.r}#{hint}", arr, doc)
+
+    def ints(self, n: OnnxNode, hint: str, values: Any) -> str:
+        return self.named_ints(f"{n.r}#{hint}", values)
+
+    def named_ints(self, out: str, values: Any) -> str:
+        """An int64 Constant named `out`."""
         return self.const(out, np.asarray(list(values), np.int64))
+
+    def tmp(self, n: OnnxNode, hint: str) -> str:
+        return f"{n.r}#{hint}"
+
+    def weight_value(self, n: OnnxNode, i: int) -> np.ndarray | None:
+        return self.values.get(n.inputs[i])
+
+    def fold(self, n: OnnxNode, arr: np.ndarray) -> None:
+        arr = np.ascontiguousarray(arr.astype(NP_DTYPES[n.out_types[0].dtype], copy=False))
+        self.values[n.results[0]] = arr
+        self.inits.append(self.nph.from_array(arr, n.r))
 
     def add(self, op: str, ins: list[str], outs: list[str], **attrs: Any) -> None:
         self.nodes.append(self.h.make_node(op, ins, outs, **attrs))
@@ -134,7 +150,7 @@ class _Writer:
         self.weight_inputs.append(self.h.make_tensor_value_info(r, DTYPE_TO_ONNX[ty.dtype],
                                                                 list(ty.shape)))
 
-    def weight_value(self, node: Node) -> np.ndarray:
+    def weight_value_of(self, node: Node) -> np.ndarray:
         w = node.attr["name"]
         ty = node.types[0]
         if w in self.given:
@@ -162,148 +178,31 @@ class _Writer:
             if self.as_inputs:
                 self.weight_input(node, r)
             else:
-                arr = self.weight_value(node)
+                arr = self.weight_value_of(node)
                 self.values[node.results[0]] = arr
                 self.inits.append(self.nph.from_array(arr, r))
             self.weight_meta.append([r, a["name"], node.results[0], next_name])
             return
-        act = a.get("act", "none")
-        main = f"{r}#act" if act != "none" else r
-        in_t = [self.types[v] for v in node.inputs]
-        if op in _SIMPLE:
-            self.add(_SIMPLE[op], ins, [main])
-        elif op == "matmul":
-            self.add("MatMul", ins, [main])
-        elif op == "conv2d":      # an optional bias is Conv's third input B
-            x, w = in_t[:2]
-            self.add("Conv", ins, [main], kernel_shape=list(w.shape[2:]), strides=list(a["stride"]),
-                     group=x.shape[1] // w.shape[1],
-                     **self.padding(a, x.shape[2:], w.shape[2:]))
-        elif op in ("poolmax", "poolavg"):
-            extra = {"count_include_pad": 1} if op == "poolavg" else {}
-            self.add("MaxPool" if op == "poolmax" else "AveragePool", ins, [main],
-                     kernel_shape=list(a["kernel"]), strides=list(a["stride"]),
-                     **self.padding(a, in_t[0].shape[2:], a["kernel"]), **extra)
-        elif op == "transpose":
-            self.add("Transpose", ins, [r], perm=list(a["perm"]))
-        elif op == "concat":
-            self.add("Concat", ins, [r], axis=a["axis"])
-        elif op == "split" and self.opset < 13:
-            self.add("Split", [ins[0]], [self.name[v] for v in node.results], axis=a["axis"],
-                     split=list(a["sizes"]))
-        elif op == "split":
-            self.add("Split", [ins[0], self.ints(f"{r}#sizes", a["sizes"])],
-                     [self.name[v] for v in node.results], axis=a["axis"])
-        elif op == "reshape":
-            self.add("Reshape", [ins[0], self.ints(f"{r}#shape", a["shape"])], [r])
-        elif op == "broadcast":
-            self.add("Expand", [ins[0], self.ints(f"{r}#shape", a["shape"])], [r])
-        elif op == "noop":     # computes nothing: a zero scalar, as the interpreter gives
-            self.const(r, np.zeros((), NP_DTYPES[node.types[0].dtype]))
-        elif op == "batchnorm":
-            self.add("BatchNormalization", ins, [r], epsilon=a["eps"])
-        elif op == "softmax":
-            rank = in_t[0].rank
-            if self.opset < 13 and a["axis"] % rank != rank - 1:
-                raise TirError(f"softmax ({r}) over axis {a['axis']} of a rank-{rank} tensor "
-                               f"cannot be written in opset {self.opset} (only the last axis)")
-            self.add("Softmax", ins, [r], axis=a["axis"] % rank if self.opset < 13 else a["axis"])
-        elif op == "layernorm":
-            self.add("LayerNormalization", ins, [r], axis=a["axis"], epsilon=a["eps"])
-        elif op == "gelu":
-            self.gelu(ins[0], r, in_t[0])
-        elif op == "reduce_mean":
-            if self.opset >= 18:
-                self.add("ReduceMean", [ins[0], self.ints(f"{r}#axes", a["axes"])], [r],
-                         keepdims=int(a["keepdims"]))
-            else:
-                self.add("ReduceMean", ins, [r], axes=list(a["axes"]), keepdims=int(a["keepdims"]))
-        elif op == "slice" and self.opset < 10:
-            self.add("Slice", ins, [r], starts=list(a["starts"]), ends=list(a["ends"]),
-                     axes=list(a["axes"]))
-        elif op == "slice":
-            self.add("Slice", [ins[0], self.ints(f"{r}#starts", a["starts"]),
-                               self.ints(f"{r}#ends", a["ends"]),
-                               self.ints(f"{r}#axes", a["axes"])], [r])
-        elif op == "pad" and self.opset < 11:
-            self.add("Pad", ins, [r], mode="constant", pads=list(a["pads"]),
-                     value=float(a["value"]))
-        elif op == "pad":
-            dt = NP_DTYPES[in_t[0].dtype]
-            self.add("Pad", [ins[0], self.ints(f"{r}#pads", a["pads"]),
-                             self.const(f"{r}#value", np.asarray(a["value"], dt),
-                                        doc=repr(a["value"]))], [r], mode="constant")
-        elif op == "dropout" and self.opset < 12:
-            self.add("Dropout", ins, [r], ratio=float(a["ratio"]))
-        elif op == "dropout":   # the ratio as a double keeps its exact value (T1 may differ from T)
-            self.add("Dropout", [ins[0], self.const(f"{r}#ratio", np.asarray(a["ratio"],
-                                                                            np.float64))], [r])
-        elif op == "scale":
-            dt = NP_DTYPES[in_t[0].dtype]
-            self.add("Mul", [ins[0], self.const(f"{r}#value", np.asarray(a["value"], dt),
-                                                doc=repr(a["value"]))], [r])
-        elif op == "enlarge":
-            self.enlarge(node, ins, r)
-        elif op == "merge":
-            self.merge(node, ins, r)
-        elif op == "opaque":
+        if op == "opaque":
             self.opaque(node, ins)
-        else:
+            return
+        d = OPS.get(op)
+        if d is None or d.to_onnx is None:
             raise TirError(f"the ONNX exporter does not know op '{op}'")
+        act = a.get("act", "none")
+        outs = [self.name[v] for v in node.results]
+        n = OnnxNode(op, a, ins, outs, f"{r}#act" if act != "none" else r,
+                     [self.types[v] for v in node.inputs], list(node.types), node.inputs,
+                     node.results)
+        d.to_onnx(self, n)
         if act != "none":
-            self.add(_ACT_OPS[act], [main], [r])
-
-    def gelu(self, x: str, r: str, ty: TensorType) -> None:
-        if self.opset >= 20:
-            self.add("Gelu", [x], [r])
-            return
-        dt = NP_DTYPES[ty.dtype]       # 0.5 * x * (1 + erf(x / sqrt 2)), the form the importer reads
-        self.add("Div", [x, self.const(f"{r}#sqrt2", np.asarray(np.sqrt(2.0), dt))], [f"{r}#div"])
-        self.add("Erf", [f"{r}#div"], [f"{r}#erf"])
-        self.add("Add", [f"{r}#erf", self.const(f"{r}#one", np.asarray(1.0, dt))], [f"{r}#add"])
-        self.add("Mul", [x, f"{r}#add"], [f"{r}#mul"])
-        self.add("Mul", [f"{r}#mul", self.const(f"{r}#half", np.asarray(0.5, dt))], [r])
-
-    def enlarge(self, node: Node, ins: list[str], r: str) -> None:
-        w, ref = (self.types[v] for v in node.inputs)
-        if node.inputs[0] in self.values:                # a weight: fold
-            self.fold(node, enlarge(self.values[node.inputs[0]], np.empty(ref.shape)), r)
-            return
-        kh, kw = w.shape[2:]
-        rh, rw = ref.shape[2:]
-        ph, pw = (rh - kh) // 2, (rw - kw) // 2
-        self.add("Pad", [ins[0], self.ints(f"{r}#pads", [0, 0, ph, pw, 0, 0, rh - kh - ph,
-                                                         rw - kw - pw])], [r], mode="constant")
-
-    def merge(self, node: Node, ins: list[str], r: str) -> None:
-        a = node.attr
-        if node.inputs[0] in self.values:
-            self.fold(node, merge(self.values[node.inputs[0]], a), r)
-            return
-        w = self.types[node.inputs[0]]
-        o, cg = w.shape[:2]
-        count, groups = a["count"], a["groups"]
-        pieces = [f"{r}#g{j}" for j in range(groups)]
-        self.add("Split", [ins[0], self.ints(f"{r}#sizes", [o // groups] * groups)], pieces, axis=0)
-        padded = []
-        for j, p in enumerate(pieces):      # old group j sits at slot j % count of its new group
-            slot = j % count
-            padded.append(f"{p}#pad")
-            self.add("Pad", [p, self.ints(f"{p}#pads", [0, slot * cg, 0, 0,
-                                                        0, (count - 1 - slot) * cg, 0, 0])],
-                     [padded[-1]], mode="constant")
-        self.add("Concat", padded, [r], axis=0)
+            self.add(ACT_ONNX[act], [n.main], [r])
 
     def empty(self, out: str, placeholder: str) -> str:
         """A Constant for a zero-size input an opaque node carries (see ir/opaque.py)."""
         self.nodes.append(self.h.make_node("Constant", [], [out],
                                            value=empty_tensor(out, placeholder)))
         return out
-
-    def fold(self, node: Node, arr: np.ndarray, r: str) -> None:
-        arr = np.ascontiguousarray(arr.astype(NP_DTYPES[node.types[0].dtype], copy=False))
-        self.values[node.results[0]] = arr
-        self.inits.append(self.nph.from_array(arr, r))
 
     def opaque(self, node: Node, ins: list[str]) -> None:
         proto = decode_node(node.attr)

@@ -21,8 +21,10 @@ from ..errors import TirError
 from ..ir.graph import Graph, Node
 from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
 from .exporter import _Writer
-from .importer import OnnxImport, default_opset
+from .importer import default_opset
+from .read import OnnxImport
 from .names import unique
+from .tidy import compact_concat, flatten_splits
 
 Key = tuple
 
@@ -140,6 +142,10 @@ class _Splicer:
                 self.elementwise(node)
             elif node.op == "matmul":
                 self.matmul(node)
+            elif node.op == "concat" and self.concat(node):
+                continue
+            elif node.op == "scale" and node.inputs[0] in self.pending:
+                self.scale(node)
             else:
                 for v in node.inputs:
                     self.full(v)
@@ -246,7 +252,7 @@ class _Splicer:
             self.pending.discard(v)
             name, shape = self.compact[v]
             if shape != w.types[v].shape:
-                w.add("Expand", [name, w.ints(self.fresh("shape"), w.types[v].shape)],
+                w.add("Expand", [name, w.named_ints(self.fresh("shape"), w.types[v].shape)],
                       [w.name[v]])
             else:
                 w.add("Identity", [name], [w.name[v]])
@@ -281,6 +287,38 @@ class _Splicer:
         ins = [na, nb] if ok else [self.full(v) for v in node.inputs]
         w.add("MatMul", ins, [w.name[node.results[0]]])
 
+    def concat(self, node: Node) -> bool:
+        """A concat of broadcast values (a merged projection's biases) as the Concat of their
+        compact forms, itself broadcast by its readers (never expanded to activation size)."""
+        if not any(v in self.pending for v in node.inputs):
+            return False
+        w = self.writer
+        comp = [self.compact_of(v) for v in node.inputs]
+        out = w.types[node.results[0]].shape
+        ax = compact_concat([c for _, c in comp], [w.types[v].shape for v in node.inputs],
+                            node.attr["axis"] % len(out))
+        if ax is None:
+            return False
+        name = self.fresh(node.results[0])
+        w.add("Concat", [n for n, _ in comp], [name], axis=ax)
+        shape = list(comp[0][1])
+        shape[ax] = sum(c[ax] for _, c in comp)
+        self.compact[node.results[0]] = (name, tuple(shape))
+        self.pending.add(node.results[0])
+        return True
+
+    def scale(self, node: Node) -> None:
+        """A scale of a broadcast value (a bias folded with an attention scale) on the compact
+        value, itself broadcast by its readers."""
+        w = self.writer
+        name, shape = self.compact_of(node.inputs[0])
+        dt = NP_DTYPES[node.types[0].dtype]
+        out = self.fresh(node.results[0])
+        w.add("Mul", [name, w.const(self.fresh("value"), np.asarray(node.attr["value"], dt),
+                                    doc=repr(node.attr["value"]))], [out])
+        self.compact[node.results[0]] = (out, shape)
+        self.pending.add(node.results[0])
+
     def conv_bias(self, node: Node, conv: str, bias: str) -> bool:
         """conv2d(x, w) + broadcast(reshape(b → [C,1,1])) → Conv(x, w, b), when the conv is new,
         has no fused activation and this add is its only use."""
@@ -301,7 +339,7 @@ class _Splicer:
             vector = self.full(rs.inputs[0])         # the bias vector the model had
         else:
             vector = self.fresh("bias")
-            w.add("Reshape", [name, w.ints(self.fresh("shape"), [channels])], [vector])
+            w.add("Reshape", [name, w.named_ints(self.fresh("shape"), [channels])], [vector])
         x, k = c.inputs
         xt, kt = w.types[x], w.types[k]
         w.add("Conv", [self.full(x), self.full(k), vector], [w.name[node.results[0]]],
@@ -344,12 +382,16 @@ def splice(imp: OnnxImport, optimized: Graph, weights: Mapping[str, np.ndarray] 
            ) -> Any | None:
     """The model with `optimized` written into it, or None when it computes nothing the model
     does not already compute (then the input file is the result, unchanged)."""
-    s = _Splicer(imp, optimized, weights if weights is not None else imp.weights)
+    weights = weights if weights is not None else imp.weights
+    s = _Splicer(imp, optimized, weights)
     for v, t in optimized.types().items():
         if t.dtype not in DTYPE_TO_ONNX:
             raise TirError(f"value {v} has element type {t.dtype}, which ONNX cannot hold")
     if not s.changed:
         return None
+    flat = flatten_splits(optimized, keep=s.onnx_name)   # merged Q/K/V: one Split, not two
+    if flat != optimized:
+        s = _Splicer(imp, flat, weights)
     return s.write()
 
 

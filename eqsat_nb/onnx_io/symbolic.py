@@ -51,6 +51,7 @@ def import_at_working_sizes(make: Callable[[Mapping[str, int]], Any],
     tried: set[tuple[tuple[str, int], ...]] = set()
 
     imported_only: list[tuple[Any, Any]] = []    # imports, but onnxruntime refuses the sizes
+    from .input_types import input_dims
 
     def attempt(sizes: Mapping[str, int]) -> tuple[Any, Any] | None:
         key = tuple(sorted(sizes.items()))
@@ -62,7 +63,7 @@ def import_at_working_sizes(make: Callable[[Mapping[str, int]], Any],
             out = imp.run()
         except DegenerateShape:
             return None
-        if not _runs(model, imp.input_dims()[0]):
+        if not _runs(model, input_dims(imp)[0]):
             imported_only.append((imp, out))
             return None
         return imp, out

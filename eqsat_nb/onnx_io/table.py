@@ -104,7 +104,7 @@ def table_row(path: Path, run_args: Sequence[str], budget_s: float = 6.0) -> Row
 def _analysis_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """The input shapes `run` analysed the model at (where 1 was degenerate, symbolic.py)."""
     from ..commands.onnx_out import import_shapes
-    from .importer import read_onnx
+    from .read import read_onnx
 
     return import_shapes(read_onnx(path))
 

@@ -505,7 +505,9 @@ def _apply_rows(nodes: np.ndarray, children: np.ndarray, classes: np.ndarray, us
                 if tid == T_LIT:
                     _class_row(classes, nodes, lit_rows, c, rows[s])
                     ready[s] = True
-                    slot_key[s] = -16 - rows[s, 2]
+                    # the interned literal's id: equal ids are equal literals (the row's first
+                    # value is not: perm [0, 2, 1, 3] and [0, 2, 3, 1] shared a cached type)
+                    slot_key[s] = -16 - nodes[N_PAYLOAD, classes[C_HEAD, c]]
                 else:                         # a type row is copied only if a node needs it
                     ready[s] = False
                     slot_key[s] = tid if tid >= 0 else -2

@@ -323,6 +323,10 @@ class _Checker:
                            f"{'s' if len(lhs) != 1 else ''} but {len(rhs)} target"
                            f"{'s' if len(rhs) != 1 else ''} (target i replaces source i)",
                            _loc(arrow))
+        if len(lhs) > 2:          # the search joins the matches of two sources (rules/multi.py)
+            raise TirError(f"rule '{name}' has {len(lhs)} source patterns; multi-pattern rules "
+                           f"take two (join a third to a merged pair with a second rule)",
+                           _loc(arrow))
         sides = [("a source pattern", lhs, lhs_tree)] + (
             [("the target of a '<=>' rule (it is also a source)", rhs, rhs_tree)] if bidir else [])
         for which, pats, trees in sides:

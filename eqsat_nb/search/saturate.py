@@ -262,6 +262,7 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     for pairs in pending_unions:
         eg.union_many(pairs)
     eg.rebuild()
+    complete_splits(eg, before[0])
     t3 = time.perf_counter()
     n_filtered = 0
     if limits.filter_cycles:
@@ -273,6 +274,58 @@ def run_iteration(eg: EGraph, compiled: Sequence[_Compiled], limits: Limits, num
     record = Iteration(number, eg.num_nodes, eg.num_classes, n_filtered, t1 - t0, t2 - t1,
                        t3 - t2, t4 - t3, stats)
     return record, hit_limit, (eg.num_nodes, eg.num_unions) != before
+
+
+def complete_splits(eg: EGraph, first: int) -> int:
+    """Give every split node added since node id `first` all its results (`proj` nodes): a rule
+    whose target reads one result of a new split (rules/transformer.rules' scale folded into one
+    part of a merged projection) adds only that one, and the other results must exist for rules
+    (split_of_merged_projection_*) to join them to the values they equal. Returns the number of
+    results added. TENSAT's merges name every result: then this only reads arrays (a new split's
+    results are added in the same iteration as the split)."""
+    from ..egraph.layout import N_CLS, N_OP
+    from ..ir.ops import infer_types
+    end = eg.num_nodes
+    ops = eg.nodes[N_OP, first:end]
+    splits = np.nonzero(ops == EOP_NAMES.index("split"))[0] + first
+    if not len(splits):
+        return 0
+    projs = np.nonzero(ops == EOP_NAMES.index("proj"))[0] + first
+    have: dict[int, set[int]] = {}
+    lit_value: dict[int, object] = {}
+
+    def value(c: int) -> object:
+        if c not in lit_value:
+            lit_value[c] = eg.literal_value(eg.class_nodes(c)[0])
+        return lit_value[c]
+
+    if len(projs):
+        lits = eg.canonical(eg.children[projs, 0].astype(np.int32))
+        owners = eg.canonical(eg.children[projs, 1].astype(np.int32))
+        for lc, sc in zip(lits.tolist(), owners.tolist()):
+            have.setdefault(sc, set()).add(value(lc))
+    classes = eg.canonical(eg.nodes[N_CLS, splits].astype(np.int32)).tolist()
+    added = 0
+    for n, s in zip(splits.tolist(), classes):
+        if not eg.is_live(n):
+            continue
+        axis_c, sizes_c, x = (eg.find(c) for c in eg.node_children(n))
+        sizes = value(sizes_c)
+        got = have.get(s, set())
+        if len(got) >= len(sizes):
+            continue
+        xt = eg.class_type(x)
+        if xt is None:
+            continue
+        types = infer_types("split", [xt], (("axis", value(axis_c)), ("sizes", sizes)))
+        for j in range(len(sizes)):
+            lit = eg.add_literal(j)
+            if j in got or eg.lookup("proj", (lit, s)) >= 0:
+                continue
+            eg.add("proj", (lit, s), ty=types[j])
+            added += 1
+        have[s] = set(range(len(sizes)))
+    return added
 
 
 def _search_all(compiled: list[_Compiled], eg: EGraph, index: MatchIndex, with_multi: bool,
