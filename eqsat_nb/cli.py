@@ -100,24 +100,58 @@ def _cmd_verify_rules(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _read_egraph_json(path: str):
+    """(EGraph, costs) from an egraph-serialize file, gzip-compressed or not."""
+    import gzip
+    import json
+    import zlib
+    from pathlib import Path
+
+    from .egraph.serialize import from_json
+
+    try:
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except OSError as e:
+        raise TirError(f"cannot read file: {e.strerror or e}", file=path) from None
+    except (EOFError, zlib.error) as e:
+        raise TirError(f"invalid gzip data: {e}", file=path) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TirError(f"invalid JSON: {getattr(e, 'msg', e)}", file=path) from None
+    return from_json(data, path)
+
+
 def _cmd_extract(args: argparse.Namespace) -> int:
-    from .egraph.serialize import read_json
     from .extract.dag import dag_cost
+    from .extract.ilp import GAP_PERCENT, STALL_SECONDS
     from .extract.problem import from_egraph
     from .extract.run import extract
 
-    eg, costs = read_json(args.file)
+    eg, costs = _read_egraph_json(args.file)
     problem = from_egraph(eg, costs)
+    stall = STALL_SECONDS if args.ilp_stall is None else max(args.ilp_stall, 0.0)
+    gap = GAP_PERCENT if args.ilp_gap is None else max(args.ilp_gap, 0.0)
     start = time.perf_counter()
-    result = extract(problem, args.method, time_limit=args.time_limit)
+    result = extract(problem, args.method, time_limit=args.time_limit, stall=stall,
+                     stop_gap=gap / 100)
     elapsed = time.perf_counter() - start
     cost = dag_cost(problem, result.choice)
     line = (f"{args.file}: {args.method}: DAG cost {cost:.6g} ({problem.n_classes} classes, "
             f"{problem.n_nodes} nodes), {elapsed:.3f} s")
     if result.bound is not None:
-        line += f"; bound {result.bound:.6g}, gap {100 * result.gap:.2f} %, {result.status}"
+        line += (f"; bound {result.bound:.6g}, gap {100 * result.gap:.2f} %; stopped: "
+                 f"{_STOPPED.get(result.status, result.status)}")
     print(line)
     return 0
+
+
+# what ended an ILP, in the words `extract` prints (the statuses of extract.ilp.IlpResult)
+_STOPPED = {"optimal": "optimal (the bound meets the answer)",
+            "within_gap": "within gap (the answer is proven within --ilp-gap of the optimum)",
+            "stalled": "stalled (neither the answer nor the bound moved for --ilp-stall)",
+            "time_limit": "time limit", "killed": "time limit (the solver was killed)"}
 
 
 class _Version(argparse.Action):
@@ -168,10 +202,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .extract import METHODS
     c = sub.add_parser("extract", help="extract from a serialized e-graph (egraph-serialize JSON, "
-                       "node costs from the file); print the DAG cost and the time")
-    c.add_argument("file", metavar="FILE.json")
+                       "gzip-compressed or not, node costs from the file); print the DAG cost "
+                       "and the time (ilp: its bound, gap and what stopped it)")
+    c.add_argument("file", metavar="FILE.json[.gz]")
     c.add_argument("--method", choices=METHODS, default=METHODS[0])
     c.add_argument("--time-limit", type=float, default=60.0, help="seconds, for ilp (default 60)")
+    c.add_argument("--ilp-stall", type=float, default=None, metavar="SECONDS",
+                   help="ilp: stop when neither its answer nor its bound has moved (as run; "
+                   "default 8; 0: off)")
+    c.add_argument("--ilp-gap", type=float, default=None, metavar="PERCENT",
+                   help="ilp: stop once the answer is proven within PERCENT of the optimum (as "
+                   "run; default 2; 0: prove optimality or reach --time-limit)")
     c.set_defaults(func=_cmd_extract)
 
     import importlib

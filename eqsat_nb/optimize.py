@@ -87,6 +87,9 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
         raise ValueError(f"unknown extractor {options.extract!r} "
                          f"(known: {', '.join(EXTRACTORS)})")
     options = _with_search_budget(options)
+    if options.extract == "ilp" and options.search == "saturate":
+        from .extract.ilp import worker
+        worker.prestart()           # the ILP's worker imports while the search runs
     times: dict[str, float] = {}
     t = time.perf_counter()
     eg = graph_to_egraph(graph)

@@ -1,5 +1,5 @@
-"""A stand-in for highspy.Highs that keeps the callback ilp._Callbacks registers, so a test can
-call it with made-up callback data."""
+"""A stand-in for highspy.Highs that keeps the callback ilp.solve._Callbacks registers, so a
+test can call it with made-up callback data."""
 from __future__ import annotations
 
 

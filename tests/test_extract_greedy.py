@@ -88,3 +88,26 @@ def test_cli_extract_reads_a_serialized_egraph(tmp_path, capsys):
     assert main(["extract", str(path), "--method", "greedy"]) == 0
     out = capsys.readouterr().out
     assert f"DAG cost {sum(1 for _ in cse(graph).compute_nodes())} " in out
+
+
+def test_cli_extract_ilp_reads_gzip_and_says_what_stopped_it(tmp_path, capsys):
+    """`extract --method ilp` on a gzip file: the ILP's bound, gap and the rule that ended it
+    (as `run`'s: optimal here, the bound meets the answer); a broken file is a located error."""
+    import gzip
+    import json
+
+    from eqsat_nb.cli import main
+    from eqsat_nb.egraph.serialize import to_json
+
+    eg = graph_to_egraph(load(ROOT / "ir_examples" / "tiny_branches.tir"))
+    path = tmp_path / "eg.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(to_json(eg, unit_costs(eg)), f)
+    assert main(["extract", str(path), "--method", "ilp", "--ilp-gap", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "; bound " in out and "gap 0.00 %" in out
+    assert "stopped: optimal (the bound meets the answer)" in out
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(gzip.compress(b"{not json"))
+    assert main(["extract", str(bad), "--method", "ilp"]) == 1
+    assert f"{bad}" in capsys.readouterr().err

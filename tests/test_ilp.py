@@ -124,11 +124,11 @@ def test_dominated_and_unproductive_nodes():
 def test_dominated_nodes_map_to_a_kept_dominator_in_one_step():
     """Class 1: n1 (cost 1, child class 2) dominates n2 and n3 (costs 2 and 3, child classes 2
     and 3); both map straight to n1, so a selection using n3 becomes one using n1."""
-    from eqsat_nb.extract import ilp
+    from eqsat_nb.extract.ilp import model as ilp, selection
 
     p = pb.from_arrays(4, [0, 1, 1, 1, 2, 3], [1, 1, 2, 3, 1, 1],
                        [[1], [2], [2, 3], [2, 3], [], []], [0])
-    pre = ilp._presolve(ilp._arrays(p))
+    pre = ilp._presolve(selection._arrays(p))
     rep = pre["rep"]
     assert list(rep[1:4]) == [1, 1, 1] and (rep[rep] == rep).all()
     assert list(ilp._kept(pre, np.array([0, 3, 4, 5]))) == [0, 1, 4, 5]
@@ -400,17 +400,17 @@ def test_cycle_cut_rows_are_valid_for_every_acyclic_selection():
     """The cut-set rows of a cycle's class set S (a_c <= Σ x over candidates of S that use no
     class of S) hold for every valid selection of every random cyclic problem, on the model's
     columns: so they never cut off an acyclic answer."""
-    from eqsat_nb.extract import ilp
+    from eqsat_nb.extract.ilp import model, selection
 
     rng = np.random.default_rng(5)
     checked = 0
     for _ in range(20):
         p = random_cyclic_problem(rng)
-        P = ilp._arrays(p)
-        pre = ilp._presolve(P)
+        P = selection._arrays(p)
+        pre = model._presolve(P)
         if not pre["feasible"]:
             continue
-        m = ilp._Model(P, pre, {})
+        m = model._Model(P, pre, {})
         classes = [c for c in range(p.n_classes) if pre["model"][c]]
         sets = [frozenset(s) for n in (2, 3) for s in itertools.combinations(classes, n)]
         options = [list(p.candidates(c)) for c in range(p.n_classes)]
@@ -433,8 +433,9 @@ def test_cycle_cut_rows_are_valid_for_every_acyclic_selection():
 def _vit_like(n_pairs: int = 4) -> pb.ExtractionProblem:
     """Shared input x (class 0); per pair j two projections A_j, B_j (cost 4 each) or a merged
     op M_j (cost 5) feeding split S_j whose proj nodes (cost 0) are alternatives in A_j and B_j;
-    every A_j, B_j also has two decoys of cost 9 on inputs of their own (not dominated). Root
-    R = f(all A_j, B_j). The optimum merges every pair: 1 + 5 per pair."""
+    every A_j, B_j also has two decoys (own cost 1 and 1.5) on inputs D_j, E_j of cost 8 that
+    A_j and B_j share (not dominated, and kept by the simplifications). Root R = f(all A_j,
+    B_j). The optimum merges every pair: 1 + 5 per pair."""
     node_class, cost, kids = [0], [0.0], [[]]          # x
     cls = 1
     users = []
@@ -442,11 +443,11 @@ def _vit_like(n_pairs: int = 4) -> pb.ExtractionProblem:
         A, B, M, S, D, E = cls, cls + 1, cls + 2, cls + 3, cls + 4, cls + 5
         cls += 6
         node_class += [M, S, D, E]
-        cost += [5.0, 0.0, 0.0, 0.0]
+        cost += [5.0, 0.0, 8.0, 8.0]
         kids += [[0], [M], [], []]
         for c in (A, B):
             node_class += [c, c, c, c]
-            cost += [4.0, 0.0, 9.0, 9.5]
+            cost += [4.0, 0.0, 1.0, 1.5]
             kids += [[0], [S], [D], [E]]
         users += [A, B]
     node_class.append(cls)
@@ -465,12 +466,12 @@ def test_restricted_phase_finds_the_optimum_and_full_model_proves_it():
 
 
 def test_incumbent_accepts_only_valid_improvements():
-    from eqsat_nb.extract import ilp
+    from eqsat_nb.extract.ilp import selection, solve
 
     p = cyclic_problem()
-    P = ilp._arrays(p)
+    P = selection._arrays(p)
     seen = []
-    inc = ilp._Incumbent(P, seen.append)
+    inc = solve._Incumbent(P, seen.append)
     assert not inc.offer(np.array([0, 2, -1]))          # cyclic: 0 -> 1 -> 0
     assert not inc.offer(np.array([0, -1, -1]))         # class 1 has no choice
     assert inc.offer(np.array([1, -1, -1])) and inc.cost == 100.0
@@ -488,7 +489,7 @@ def test_improving_callback_is_checked():
 
     import highspy
 
-    from eqsat_nb.extract import ilp
+    from eqsat_nb.extract.ilp import solve as ilp
 
     h = FakeHighs()
     got = []
@@ -513,7 +514,7 @@ def test_killed_worker_hands_back_its_last_checked_report(tmp_path, monkeypatch)
     start; a report that is not a valid selection is ignored (the warm start comes back)."""
     import sys
 
-    from eqsat_nb.extract import ilp
+    from eqsat_nb.extract.ilp import worker
 
     p = cyclic_problem()
     warm = np.array([1, -1, -1], np.int64)
@@ -526,7 +527,7 @@ def test_killed_worker_hands_back_its_last_checked_report(tmp_path, monkeypatch)
             f"b = pickle.dumps(('progress', {report!r}))\n"
             "os.write(1, len(b).to_bytes(8, 'little') + b)\n"
             "time.sleep(60)\n")
-        monkeypatch.setattr(ilp, "_WORKER", [sys.executable, str(script)])
+        monkeypatch.setattr(worker, "_WORKER", [sys.executable, str(script)])
 
     fake_worker({"choice": [0, 3, 4], "cost": 8.0, "bound": 6.0})
     r = extract_ilp(p, time_limit=0.0, warm_start=warm, kill_margin=3.0)

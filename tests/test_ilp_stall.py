@@ -16,8 +16,9 @@ import pytest
 from eqsat_nb.extract import dag
 from eqsat_nb.extract import ilp
 from eqsat_nb.extract import problem as pb
-from eqsat_nb.extract.ilp import (GAP_PERCENT, GAP_WAIT, STALL_SECONDS, _Progress,
-                                  extract_ilp)
+from eqsat_nb.extract.ilp import GAP_PERCENT, GAP_WAIT, STALL_SECONDS, extract_ilp
+from eqsat_nb.extract.ilp import selection, solve, stop
+from eqsat_nb.extract.ilp.stop import _Progress
 from fake_highs import FakeHighs
 
 
@@ -62,7 +63,7 @@ def test_a_flat_solve_stops_after_a_full_window():
     t = drive(p, clock, 60.0, 0.1, bound=lambda t: -math.inf if t < 1.0 else 90.0)
     # the first finite bound comes at 1 s: a whole window (max(2, STALL_SHARE * t)) after it
     assert t is not None and t >= 1.0 + 2.0 and t == pytest.approx(
-        max(1.0 + 2.0, 1.0 / (1 - ilp.STALL_SHARE)), abs=0.11)
+        max(1.0 + 2.0, 1.0 / (1 - stop.STALL_SHARE)), abs=0.11)
     assert p.stalled and p.record()["stalled"]
 
 
@@ -103,12 +104,12 @@ def test_the_window_grows_with_the_elapsed_time():
     would stop the solve at 42 s; the rule's window, STALL_SHARE of the elapsed time, waits until
     what it sees before 40 s closed less than STALL_CLOSE of the gap (about 40 / (1 -
     STALL_SHARE) s)."""
-    assert 0 < ilp.STALL_SHARE < 1
+    assert 0 < stop.STALL_SHARE < 1
     p, clock = progress(2.0, [100.0])
     t = drive(p, clock, 200.0, 0.1, bound=lambda t: 100.0 - 50.0 * 0.9 ** min(t, 40.0))
-    before = math.log(1 - ilp.STALL_CLOSE) / math.log(0.9)  # seconds of progress that are < X
+    before = math.log(1 - stop.STALL_CLOSE) / math.log(0.9)  # seconds of progress that are < X
     assert t is not None and t > 42.5
-    assert t == pytest.approx((40.0 - before) / (1 - ilp.STALL_SHARE), abs=0.3)
+    assert t == pytest.approx((40.0 - before) / (1 - stop.STALL_SHARE), abs=0.3)
 
 
 def test_a_gap_that_is_closed_is_not_a_stall():
@@ -163,7 +164,7 @@ def test_the_trajectory_is_recorded():
     points = p.record()["points"]
     assert points[0] == (0.0, 100.0, math.inf, 50.0)
     assert points[-1][0] == pytest.approx(1.0, abs=0.02)
-    assert all(b - a >= ilp.TRACE_STEP - 1e-3 for (a, *_), (b, *_) in zip(points, points[1:-1]))
+    assert all(b - a >= stop.TRACE_STEP - 1e-3 for (a, *_), (b, *_) in zip(points, points[1:-1]))
 
 
 def test_the_interrupt_callback_hands_bounds_over_and_interrupts():
@@ -176,7 +177,7 @@ def test_the_interrupt_callback_hands_bounds_over_and_interrupts():
         pytest.skip("this highspy has no MIP-interrupt callback: only the time limit stops a solve")
 
     h, seen = FakeHighs(), []
-    cbs = ilp._Callbacks(h, np.ones(2), None, False,
+    cbs = solve._Callbacks(h, np.ones(2), None, False,
                          lambda primal, dual: seen.append((primal, dual)) or dual > 5)
     for dual in (4.0, 6.0):
         data_in = SimpleNamespace(user_interrupt=False)
@@ -231,10 +232,10 @@ def test_a_stalled_solve_is_stopped_and_reported_honestly(monkeypatch):
     warm start; the recorded trajectory says it stalled."""
     _needs_interrupt_callback()
     p = set_cover_problem()
-    warm = ilp._knuth_greedy(ilp._arrays(p), np.ones(p.n_nodes, bool))[0]
+    warm = selection._knuth_greedy(selection._arrays(p), np.ones(p.n_nodes, bool))[0]
     warm_cost = dag.dag_cost(p, warm)
-    monkeypatch.setattr(ilp, "_CLOCK", Clock(step=1.0))
-    monkeypatch.setattr(ilp, "STALL_CLOSE", 0.5)
+    monkeypatch.setattr(stop, "_CLOCK", Clock(step=1.0))
+    monkeypatch.setattr(stop, "STALL_CLOSE", 0.5)
     r = extract_ilp(p, time_limit=120, warm_start=warm, in_process=True, stall=5.0, restrict=())
     assert r.status == "stalled" and not r.optimal
     assert dag.is_valid(p, r.choice) and r.cost == pytest.approx(dag.dag_cost(p, r.choice))
@@ -250,8 +251,8 @@ def test_without_the_rule_the_same_solve_runs_to_its_time_limit(monkeypatch):
     time limit."""
     _needs_interrupt_callback()
     p = set_cover_problem()
-    monkeypatch.setattr(ilp, "_CLOCK", Clock(step=1.0))
-    monkeypatch.setattr(ilp, "STALL_CLOSE", 0.5)
+    monkeypatch.setattr(stop, "_CLOCK", Clock(step=1.0))
+    monkeypatch.setattr(stop, "STALL_CLOSE", 0.5)
     r = extract_ilp(p, time_limit=1.5, in_process=True, restrict=())
     assert r.status == "time_limit" and not r.optimal and r.seconds >= 1.5
     assert not any(t["stalled"] or t["stopped"] for t in r.stats["trajectory"])
@@ -267,14 +268,14 @@ def test_a_stall_seen_after_the_deadline_is_a_time_limit(monkeypatch):
     _needs_interrupt_callback()
     p = set_cover_problem()
     begin = time.perf_counter()
-    observe = ilp._Progress.observe
+    observe = _Progress.observe
 
     def late(self, primal, bound):          # stalls at 0.3 s, but as if seen 60 s later
         if not self.stopped and time.perf_counter() > begin + 0.3:
             self.stopped, self.stopped_at = "stalled", time.perf_counter() + 60.0
         return observe(self, primal, bound)
 
-    monkeypatch.setattr(ilp._Progress, "observe", late)
+    monkeypatch.setattr(_Progress, "observe", late)
     r = extract_ilp(p, time_limit=30.0, in_process=True, stall=1.0, restrict=())
     assert r.status == "time_limit" and not r.optimal and r.seconds < 20
     assert r.stats["trajectory"][-1]["stalled"]
@@ -323,6 +324,17 @@ def test_the_gap_rule_never_stops_while_the_gap_is_above_it():
     assert drive(p, clock, 599.9, 0.5, bound=lambda t: 97.9, primal=lambda t: 99.0) is None
     clock.now = 600.0
     assert p.observe(99.0, 98.0) and p.stopped == "within_gap"
+
+
+def test_the_gap_rule_never_stops_on_a_bound_above_the_answer():
+    """A reported bound above the checked answer (HiGHS misreporting; the solve then calls its
+    result inconsistent) proves nothing: the rule never fires on it, and fires once a bound
+    below the answer comes within the gap."""
+    p, clock = progress(0.0, [100.0], gap=G)
+    assert drive(p, clock, 60.0, 0.5, bound=lambda t: 100.5, primal=lambda t: 100.0) is None
+    p2, clock2 = progress(0.0, [100.0], gap=G)
+    assert drive(p2, clock2, 60.0, 0.5, bound=lambda t: 99.5, primal=lambda t: 100.0) \
+        is not None and p2.stopped == "within_gap"
 
 
 def test_the_gap_rule_is_off_with_0():
@@ -429,9 +441,9 @@ def test_a_solve_within_the_gap_is_stopped_and_reported_honestly(monkeypatch):
     trajectory says which rule stopped it, and when (GAP_WAIT after the last improvement)."""
     _needs_interrupt_callback()
     p = set_cover_problem()
-    warm = ilp._knuth_greedy(ilp._arrays(p), np.ones(p.n_nodes, bool))[0]
+    warm = selection._knuth_greedy(selection._arrays(p), np.ones(p.n_nodes, bool))[0]
     warm_cost = dag.dag_cost(p, warm)
-    monkeypatch.setattr(ilp, "_CLOCK", Clock(step=1.0))
+    monkeypatch.setattr(stop, "_CLOCK", Clock(step=1.0))
     r = extract_ilp(p, time_limit=120, warm_start=warm, in_process=True, stop_gap=0.35,
                     restrict=())
     assert r.status == "within_gap" and not r.optimal
@@ -448,13 +460,13 @@ def test_a_solve_within_the_gap_is_stopped_and_reported_honestly(monkeypatch):
 def test_the_gap_rule_leaves_the_restricted_phases_alone(monkeypatch):
     """stop_gap reaches the full model's watch only: a restricted phase runs without it."""
     made = []
-    init = ilp._Progress.__init__
+    init = _Progress.__init__
 
     def spy(self, upper, stall, start=None, clock=None, gap=0.0):
         made.append(gap)
         init(self, upper, stall, start, clock, gap)
 
-    monkeypatch.setattr(ilp._Progress, "__init__", spy)
+    monkeypatch.setattr(_Progress, "__init__", spy)
     p = set_cover_problem(n_elems=30, n_sets=40)
     r = extract_ilp(p, time_limit=20, in_process=True, stop_gap=0.02, restrict=(2,))
     assert dag.is_valid(p, r.choice)

@@ -17,7 +17,10 @@ class Extraction:
     status: str = "ok"
 
 
-def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -> Extraction:
+def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0,
+            stall: float = 0.0, stop_gap: float = 0.0) -> Extraction:
+    """The selection `method` finds; for "ilp" also its bound, gap and what stopped it (`stall`
+    seconds and `stop_gap`, a fraction: the ILP's stall and gap rules, 0 off)."""
     if method == "greedy":
         from .greedy import extract_greedy
         return Extraction(extract_greedy(problem))
@@ -33,6 +36,7 @@ def extract(problem: ExtractionProblem, method: str, time_limit: float = 60.0) -
         from .ocf import extract_ocf
         from .switch import joint_switch
         res = extract_ilp(problem, time_limit=time_limit,
-                          warm_start=joint_switch(problem, extract_ocf(problem)))
+                          warm_start=joint_switch(problem, extract_ocf(problem)),
+                          stall=stall, stop_gap=stop_gap)
         return Extraction(res.choice, res.bound, res.gap, res.status)
     raise ValueError(f"unknown extraction method {method!r} (known: {', '.join(METHODS)})")

@@ -1,0 +1,159 @@
+"""The rules that stop a solve before its time limit: stalled, or within a gap (see _Progress).
+
+The stall rule (`stall` seconds, 0 off; `optimize` and `run --ilp-stall` default to
+STALL_SECONDS): HiGHS's MIP-interrupt callback (highspy 1.7.1 has it) reports its primal and dual
+bounds during the full model's solve, and the solve is interrupted, status "stalled", when over
+the last max(stall, STALL_SHARE x elapsed) seconds neither the best primal cost (checked or
+HiGHS's own) improved nor the bound closed STALL_CLOSE of the gap. Its answer and bound are taken
+as at a time limit; the trajectory is kept in the result's stats["trajectory"]. Without the
+callback only the time limit stops a solve.
+
+The gap rule (`stop_gap`, a fraction, 0 off; `optimize` and `run --ilp-gap PERCENT` default to
+GAP_PERCENT), on the same reports: the full model's solve is interrupted, status "within_gap",
+when the checked answer is within `stop_gap` of HiGHS's dual bound, (cost - bound) / cost <=
+stop_gap, and the answer (checked, or HiGHS's own incumbent) has not improved for GAP_WAIT seconds
+counted from the later of its last improvement and HiGHS's first report on the full model. The
+bound proves the answer loses at most `stop_gap` to the optimum; the result's bound and gap are
+the ones the rule saw (or better), and it is never called optimal unless the bound meets the
+answer. The restricted phases are not affected. With highspy 1.7.1 (improving solutions reported
+in the presolved space only) the checked answer changes only when a solve ends, so the rule acts
+on the warm start's or the restricted phase's answer and waits while HiGHS holds a better one.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from typing import Callable
+
+from .selection import _tol
+
+# The stall rule (see _Progress), from the trajectories of NasRNN's run and of every reference
+# e-graph (README, Extraction): BERT's answer improves 13 % after 2.4 s in which neither its
+# answer nor its bound moved (a sub-MIP heuristic at the root), so the window is 8 s, which keeps
+# that at 4x this machine's time; stalled solves stop at 17 s (NasRNN), 26 s (cyclic NasRNN).
+STALL_SECONDS = 8.0             # the shortest window (optimize's default; 0: off)
+STALL_SHARE = 0.25              # ... which grows to this share of the solve's elapsed time
+STALL_CLOSE = 0.05              # the share of the gap the bound must close within a window
+# The gap rule (see _Progress), from the same trajectories (README, Extraction): every late
+# improvement came while the gap was large (BERT: 13 %) or soon after HiGHS's first report on the
+# full model (TT at 20 000 nodes: 0.09 % better 2.2-3.3 s after it, with a gap under 2 % from
+# 0.9 s after it); replayed on clocks 1-2x slower, a 4 s wait keeps every improvement that comes
+# within run's 10 s (3 s loses TT's at 1.25x-2x), and NasRNN's run still stops as soon as its gap
+# reaches 2 % (6.1-6.3 s into the ILP).
+GAP_PERCENT = 2.0               # the largest gap at which the rule stops (optimize's default)
+GAP_WAIT = 4.0                  # seconds without improvement it waits for
+TRACE_STEP = 0.1                # seconds between the recorded trajectory's points
+
+_CLOCK: Callable[[], float] = time.perf_counter     # the rules' (tests drive it in-process)
+
+
+class _Progress:
+    """One model's solve over time, as HiGHS's MIP-interrupt callback reports it: the best
+    primal cost (the checked incumbent's or HiGHS's own, the lower) and the best dual bound
+    (every round's holds), and the two rules that stop it on them (`stopped` says which, None
+    while neither has).
+
+    The stall rule: over the last max(`stall`, STALL_SHARE x elapsed) seconds the primal cost did
+    not improve and the bound closed less than STALL_CLOSE of the gap there was at the window's
+    start; `stall` 0 never stops.
+
+    The gap rule: the checked cost (what the solve returns, or better) is within `gap` of the
+    bound, (cost - bound) <= gap x cost, and the primal cost has not improved (by more than
+    _tol) for GAP_WAIT seconds since the later of its last improvement and the first report;
+    `gap` 0 never stops.
+
+    Elapsed time counts from `start` (the clock's reading; the clock is injectable so tests can
+    drive the rules). `trace` keeps the trajectory (seconds, checked cost, HiGHS's primal bound,
+    dual bound), thinned to TRACE_STEP seconds, for the result's stats."""
+
+    def __init__(self, upper: Callable[[], float], stall: float, start: float | None = None,
+                 clock: Callable[[], float] | None = None, gap: float = 0.0):
+        self.upper, self.stall, self.gap = upper, float(stall), float(gap)
+        self.clock = clock or _CLOCK
+        self.start = self.clock() if start is None else start
+        self.ts: list[float] = []           # change points of (ups, lows)
+        self.ups: list[float] = []
+        self.lows: list[float] = []
+        self.trace: list[tuple[float, float, float, float]] = []
+        self.first: float | None = None     # seconds: the first report
+        self.best = math.inf                # primal cost at its last improvement ...
+        self.improved: float | None = None  # ... and when (seconds)
+        self.stopped: str | None = None     # "stalled" | "within_gap" once a rule fired
+        self.stopped_at = math.inf          # time.perf_counter() when it fired
+
+    @property
+    def stalled(self) -> bool:
+        return self.stopped == "stalled"
+
+    @property
+    def bound(self) -> float:
+        """The best dual bound reported (-inf before the first finite one)."""
+        return self.lows[-1] if self.lows else -math.inf
+
+    def observe(self, primal: float, bound: float) -> bool:
+        """Record HiGHS's primal and dual bound now; True once a rule has stopped the solve."""
+        t = self.clock() - self.start
+        checked = self.upper()
+        primal = primal if math.isfinite(primal) else math.inf
+        low = bound if math.isfinite(bound) else -math.inf
+        if self.lows:
+            low = max(low, self.lows[-1])
+        up = min(checked, primal)
+        if not self.ts or up != self.ups[-1] or low != self.lows[-1]:
+            self.ts.append(t)
+            self.ups.append(up)
+            self.lows.append(low)
+        if self.first is None:
+            self.first = t
+        if up < self.best - (_tol(self.best) if math.isfinite(self.best) else 0.0):
+            self.best, self.improved = up, t
+        self._trace(t, checked, primal, low)
+        if self.stopped is None:
+            if self.stall > 0 and self._stalled(t):
+                self.stopped = "stalled"
+            elif self.gap > 0 and self._within_gap(t, checked, low):
+                self.stopped = "within_gap"
+            if self.stopped is not None:
+                self.stopped_at = time.perf_counter()
+        return self.stopped is not None
+
+    def _trace(self, t: float, checked: float, primal: float, low: float) -> None:
+        """A point every TRACE_STEP seconds, and one at every improvement."""
+        if not self.trace or t - self.trace[-1][0] >= TRACE_STEP or \
+                checked < self.trace[-1][1] or primal < self.trace[-1][2]:
+            self.trace.append((round(t, 3), checked, primal, low))
+
+    def _stalled(self, t: float) -> bool:
+        """The stall rule at time t: no primal improvement and too little bound progress over
+        the window (never before a full window with a finite gap has been seen)."""
+        i = bisect.bisect_right(self.ts, t - max(self.stall, STALL_SHARE * t)) - 1
+        if i < 0:
+            return False
+        up0, low0, up, low = self.ups[i], self.lows[i], self.ups[-1], self.lows[-1]
+        gap0 = up0 - low0
+        if not math.isfinite(gap0) or gap0 <= _tol(up0) or up < up0 - _tol(up0):
+            return False
+        return low - low0 < STALL_CLOSE * gap0
+
+    def _within_gap(self, t: float, checked: float, low: float) -> bool:
+        """The gap rule at time t on the checked cost and the bound. A bound above the checked
+        cost proves nothing (the solve calls that inconsistent): the rule waits."""
+        if not (math.isfinite(checked) and math.isfinite(low)) or \
+                checked - low > self.gap * max(abs(checked), 1e-9) or \
+                low > checked + _tol(checked):
+            return False
+        since = self.first if self.improved is None else max(self.first, self.improved)
+        return t - since >= GAP_WAIT
+
+    def record(self) -> dict:
+        """The trajectory for the result's stats, its last point included."""
+        points = list(self.trace)
+        if points:
+            last = (round(self.clock() - self.start, 3), self.upper(), points[-1][2],
+                    self.lows[-1])
+            if last != points[-1]:
+                points.append(last)
+        return {"stalled": self.stalled, "stopped": self.stopped, "points": points}
+
+
