@@ -40,13 +40,12 @@ def session(model: Any, threads: int = 1) -> Any:
     import onnxruntime as ort
 
     so = session_options(threads)
-    if model.ByteSize() < PROTOBUF_LIMIT:
+    from .onnx_io.external import needs_external, save_split
+
+    if not needs_external(model):
         return ort.InferenceSession(model.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
-    import onnx
-
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:       # the model in memory stays as it is
         path = Path(tmp) / "model.onnx"
-        onnx.save_model(model, str(path), save_as_external_data=True,
-                        all_tensors_to_one_file=True, location="model.onnx.data")
+        save_split(model, path)
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])

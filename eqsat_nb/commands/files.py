@@ -15,18 +15,29 @@ from ..errors import TirError
 
 
 def check_writable(path: str | None, force: bool) -> None:
-    """Fail early (before any work) if an output would overwrite a file without --force."""
-    if path and Path(path).exists() and not force:
+    """Fail early (before any work) if an output would overwrite a file without --force, is a
+    folder, or lies in a folder that does not exist."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise TirError("cannot write file: Is a directory", file=path)
+    if not (p.parent if str(p.parent) else Path(".")).is_dir():
+        raise TirError("cannot write file: its folder does not exist", file=path)
+    if p.exists() and not force:
         raise TirError("file exists; pass --force to overwrite it", file=path)
 
 
-def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str, ...] = ()
-                 ) -> None:
-    """Call `write(tmp)` on a temporary file next to `path`, then rename it into place.
-    `side_files` are other files `write` creates (ONNX external data): removed if it fails."""
+def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str, ...] = (),
+                 check: Callable[[Path], None] | None = None) -> None:
+    """Call `write(tmp)` on a temporary file next to `path`, then `check(tmp)` if given, then
+    rename it into place. `side_files` are other files `write` creates: removed if it fails."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                               dir=str(target.parent if str(target.parent) else "."))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                   dir=str(target.parent if str(target.parent) else "."))
+    except OSError as e:
+        raise TirError(f"cannot write file: {e.strerror}", file=path) from None
     done = False
     try:
         try:        # mkstemp makes 0600; give the file what open() would under the umask
@@ -34,6 +45,8 @@ def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str
         finally:
             os.close(fd)
         write(Path(tmp))
+        if check is not None:
+            check(Path(tmp))
         os.replace(tmp, target)
         done = True
     except OSError as e:
@@ -53,16 +66,10 @@ def _umask() -> int:
     return mask
 
 
-def write_onnx(path: str, model: Any) -> None:
-    """Write an ONNX model atomically; weights beyond protobuf's 2 GB go to `PATH.data`."""
-    from ..runtime import PROTOBUF_LIMIT
+def write_onnx(path: str, model: Any, force: bool = True, taken: tuple[Path, ...] = ()
+               ) -> list[str]:
+    """Write an ONNX model atomically, checked by onnx.checker; a model too large for protobuf
+    keeps its weights in a data file beside it (onnx_io/external.py). The files written."""
+    from ..onnx_io.external import write_model
 
-    if model.ByteSize() < PROTOBUF_LIMIT:
-        write_atomic(path, lambda p: p.write_bytes(model.SerializeToString()))
-        return
-    import onnx
-
-    data = Path(path).name + ".data"
-    write_atomic(path, lambda p: onnx.save_model(model, str(p), save_as_external_data=True,
-                                                 all_tensors_to_one_file=True, location=data),
-                 side_files=(str(Path(path).with_name(data)),))
+    return write_model(path, model, force, taken)

@@ -8,7 +8,6 @@ byte-for-byte copy of the input file (external data files included).
 """
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -16,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import TirError, VerificationError
-from .files import write_atomic, write_onnx
+from .files import write_onnx
 
 
 @dataclass
@@ -35,50 +34,34 @@ class OnnxOutcome:
                 "onnxruntime_check": self.onnxruntime_check}
 
 
-def external_files(model_path: Path) -> list[str]:
-    """Relative locations of the external data files an ONNX file reads (read from the file:
-    a loaded model has its data inside and no locations any more)."""
-    import onnx
+def copy_input(src: str, dst: str, model: Any, force: bool) -> str:
+    """OUT = the input, byte for byte, with every data file it reads beside it (or, where a
+    data file's name cannot be used beside OUT, its data in OUT's own data file). Returns a
+    note for the report when it is not byte for byte."""
+    from ..onnx_io.external import copy_model
 
-    model = onnx.load(str(model_path), load_external_data=False)
-    locations = []
-    for t in model.graph.initializer:
-        if t.data_location == 1:          # EXTERNAL
-            loc = {e.key: e.value for e in t.external_data}.get("location")
-            if loc and loc not in locations:
-                locations.append(loc)
-    return locations
-
-
-def copy_input(src: str, dst: str, model: Any, force: bool) -> None:
-    """OUT = the input, byte for byte, with its external data files beside it."""
-    src_p, dst_p = Path(src), Path(dst)
-    if src_p.resolve() == dst_p.resolve():
-        return
-    for loc in external_files(src_p):
-        target = dst_p.parent / loc
-        source = src_p.parent / loc
-        if target.resolve() == source.resolve():
-            continue
-        if target.exists() and not force:
-            raise TirError("external data file exists; pass --force to overwrite it",
-                           file=str(target))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(str(target), lambda p, s=source: shutil.copyfile(s, p))
-    write_atomic(dst, lambda p: shutil.copyfile(src_p, p))
+    how = copy_model(src, dst, force)
+    return "" if how in ("byte for byte", "the input file itself") else f"; copied {how}"
 
 
 def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str, np.ndarray]]
                            ) -> tuple[bool, str]:
     """Both models in onnxruntime on the same inputs (one set per entry of `feeds_list`),
-    outputs compared by name with `check_outputs`' tolerances: (all equal, the summary)."""
+    outputs compared by name with `check_outputs`' tolerances: (all equal, the summary). A
+    TirError (without a file: the caller names the input) if onnxruntime cannot run `before`."""
     from ..check_outputs import worst_over
     from ..runtime import quiet_run, session
 
-    a, b = session(before), session(after)
     names = [o.name for o in before.graph.output]
-    runs = ((a.run(names, dict(f), quiet_run()), b.run(names, dict(f), quiet_run()))
-            for f in feeds_list)
+    try:
+        a = session(before)
+        want = [a.run(names, dict(f), quiet_run()) for f in feeds_list]
+    except Exception as e:      # noqa: BLE001 - the input itself fails: say so, located
+        from ..onnx_io.validate import ort_located
+        raise TirError(f"onnxruntime cannot run the input model on random inputs: "
+                       f"{ort_located(e)}. Nothing was written") from None
+    b = session(after)
+    runs = ((w, b.run(names, dict(f), quiet_run())) for w, f in zip(want, feeds_list))
     v = worst_over(names, runs, tuple(range(len(feeds_list))))
     return v.ok, v.summary()
 
@@ -125,16 +108,19 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
     out = args.onnx
     spliced = splice(imp, result.optimized) if result.improved else None
     if spliced is None:
-        copy_input(args.model, out, imp.model, args.force)
+        how = copy_input(args.model, out, imp.model, args.force)
         why = ("no cheaper graph found" if not result.improved else
                "the optimized graph computes nothing the model does not already")
-        return OnnxOutcome("input unchanged", why)
+        return OnnxOutcome("input unchanged", why + how)
     shapes = import_shapes(imp)
     seeds = range(args.seed, args.seed + max(1, args.verify_seeds))
     feeds = [random_feeds(imp.model, seed=s, shapes=shapes) for s in seeds]
     outcome = OnnxOutcome("optimized", "")
     if not args.no_verify:
-        ok, text = compare_in_onnxruntime(imp.model, spliced, feeds)
+        try:
+            ok, text = compare_in_onnxruntime(imp.model, spliced, feeds)
+        except TirError as e:
+            raise TirError(e.message, file=e.file or args.model) from None
         outcome.onnxruntime_check = text
         if not ok:
             raise VerificationError(f"the optimized ONNX model does not match the input in "
@@ -150,14 +136,14 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
             except Exception:    # noqa: BLE001 - onnxruntime refusing the size is the answer
                 ok = False
         if not ok:
-            copy_input(args.model, out, imp.model, args.force)
+            how = copy_input(args.model, out, imp.model, args.force)
             given = " ".join(f"--input-shape {n}={'x'.join(map(str, shapes[n]))}"
                              for n in imp.defaulted)
             held = ("the rewrites hold only for the sizes" if other is not None else
                     "the input model runs in onnxruntime at no other size tried than the ones")
             return OnnxOutcome("input unchanged", f"{held} assumed for symbolic dims "
                                f"({_symbolic_note(imp)}); pass {given} (or --dim) to optimize "
-                               f"for fixed sizes")
+                               f"for fixed sizes{how}")
     elif fixed:
         _fix_interface(spliced, imp, shapes)
     if args.measure:
@@ -167,10 +153,17 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
         outcome.measured_speedup_pct = (g.timings[0].ratio - 1.0) * 100
         outcome.reason = g.reason
         if not g.keep:
-            copy_input(args.model, out, imp.model, args.force)
+            outcome.reason += copy_input(args.model, out, imp.model, args.force)
             outcome.written = "input unchanged"
             return outcome
     else:
         outcome.reason = "not measured (--no-measure)"
-    write_onnx(out, spliced)
+    write_onnx(out, spliced, args.force, taken=_input_files(args.model))
     return outcome
+
+
+def _input_files(model_path: str) -> tuple[Path, ...]:
+    """The input model and its data files: OUT's data file must not replace any of them."""
+    from ..onnx_io.external import input_files
+
+    return (Path(model_path), *input_files(Path(model_path)))

@@ -221,6 +221,11 @@ def run_command(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     dims, shapes = shape_options(args)
     graph, weights, imp = load_source(args.model, dims, shapes)
+    if imp is not None:         # no output may replace a data file the input reads
+        from ..onnx_io.external import check_output
+        for out in (args.output, args.onnx, args.report):
+            if out:
+                check_output(args.model, out)
     rules = load_rules(args.rules or None)
     if imp is not None and not args.rules:    # idioms import left decomposed (rules/idioms/)
         from ..rules.graph_rewrite import idioms_for_search
@@ -268,7 +273,7 @@ def run_command(args: argparse.Namespace) -> int:
                 raise VerificationError(
                     f"the exported ONNX model does not match the original in onnxruntime: "
                     f"{onnx_check.summary()}. Nothing was written.", file=args.onnx)
-        write_onnx(args.onnx, model)
+        write_onnx(args.onnx, model, args.force)
     if args.output:
         from ..ir.printer import print_graph
         text = print_graph(result.optimized)

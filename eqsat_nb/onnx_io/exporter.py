@@ -34,7 +34,6 @@ from ..ir.ops import OPS
 from ..ir.ops.onnx_map import ACT_ONNX, OnnxNode
 
 WEIGHTS_KEY = "eqsat-nb.weights"
-EXTERNAL_BYTES = 1_500_000_000
 # the opset from which each op's usual ONNX form exists (Softmax: the last-axis-only semantics
 # before 13 differ; Split takes sizes as an input from 13; ...): `OpDef.onnx_opset[1]`
 OPSET_NEEDED = {n: d.onnx_opset[1] for n, d in OPS.items() if d.onnx_opset[1] > 1}
@@ -274,18 +273,8 @@ def to_onnx(graph: Graph, weights: Mapping[str, np.ndarray] | None = None, seed:
 
 def save_onnx(graph: Graph, path: str | Path, weights: Mapping[str, np.ndarray] | None = None,
               seed: int = 0) -> None:
-    """Write `to_onnx(graph, weights, seed)` to `path`; models whose weights exceed
-    EXTERNAL_BYTES keep them in `PATH.data` (ONNX external data), as protobuf caps a file at 2 GB."""
-    import onnx
+    """Write `to_onnx(graph, weights, seed)` to `path` (external.write_model: whole, checked,
+    weights in `PATH.data` when the model passes protobuf's 2 GB)."""
+    from .external import write_model
 
-    model = to_onnx(graph, weights, seed)
-    big = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_BYTES
-    try:
-        if big:      # protobuf cannot serialize 2 GB: weights go to PATH.data next to the model
-            onnx.save_model(model, str(path), save_as_external_data=True,
-                            all_tensors_to_one_file=True, location=Path(path).name + ".data",
-                            size_threshold=1024)
-        else:
-            onnx.save(model, str(path))
-    except OSError as e:
-        raise TirError(f"cannot write file: {e.strerror}", file=str(path)) from None
+    write_model(str(path), to_onnx(graph, weights, seed))

@@ -1,8 +1,9 @@
 """Reading ONNX: files and in-memory models into an `OnnxImport` (graph, weights, provenance).
 
-`read_onnx`/`load_onnx` read a file (clear errors for every way a file can be unreadable),
-`import_onnx`/`from_onnx` an onnx.ModelProto: checked by onnx's checker, then walked by the
-importer (importer.py), whose result is recorded with what the splicing writer needs.
+`read_onnx`/`load_onnx` read a file (validated first by validate.py: a located error for every
+way a file can be unreadable or hostile), `import_onnx`/`from_onnx` an onnx.ModelProto: checked
+by onnx's checker, then walked by the importer (importer.py), whose result is recorded with what
+the splicing writer needs.
 """
 from __future__ import annotations
 
@@ -118,44 +119,11 @@ def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
 
 def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
               input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
-    """`load_onnx` with the provenance the splicing exporter needs (see OnnxImport)."""
-    import onnx
-    from google.protobuf.message import DecodeError
+    """`load_onnx` with the provenance the splicing exporter needs (see OnnxImport). The file
+    is validated first and the import run once in onnxruntime (validate.py)."""
+    from .validate import check_runs, load_checked
 
-    path = Path(path)
-    try:
-        model = onnx.load(str(path))
-    except FileNotFoundError as e:
-        if path.is_file():      # the model is there: a file its external data names is not
-            raise TirError(f"cannot read the model's external data: {e.strerror or e}"
-                           + (f" ({e.filename})" if e.filename else ""), file=str(path)) from None
-        raise TirError("cannot read file: No such file or directory", file=str(path)) from None
-    except OSError as e:
-        raise TirError(f"cannot read file: {e.strerror or e}", file=str(path)) from None
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise TirError(f"not an ONNX model ({type(e).__name__})", file=str(path)) from None
-    except onnx.checker.ValidationError as e:
-        # onnx refuses the file itself, e.g. external data that points outside the model's folder
-        raise TirError(f"onnx refuses to load this model: {_first_line(e)}",
-                       file=str(path)) from None
-    except MemoryError:
-        raise TirError("not enough memory to load this model", file=str(path)) from None
-    except Exception as e:      # anything else onnx or protobuf raise on a malformed file
-        raise TirError(f"cannot load this ONNX model: {type(e).__name__}: {_first_line(e)}",
-                       file=str(path)) from None
-    if not model.HasField("graph"):
-        raise TirError("not an ONNX model (no graph)", file=str(path))
-    check = True
-    if sum(len(t.raw_data) for t in model.graph.initializer) > 1_500_000_000:
-        check = False       # the in-memory checker cannot serialize a model over 2 GB
-        try:
-            onnx.checker.check_model(str(path))
-        except (onnx.checker.ValidationError, ValueError) as e:
-            raise TirError(f"not a valid ONNX model: {_first_line(e)}", file=str(path)) from None
-    return import_onnx(model, str(path), dims, check=check, input_shapes=input_shapes)
-
-
-def _first_line(e: BaseException) -> str:
-    """The first line of an exception's message (its type name when it has none)."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    model = load_checked(path)
+    imp = import_onnx(model, str(path), dims, check=False, input_shapes=input_shapes)
+    check_runs(imp, str(path))
+    return imp
