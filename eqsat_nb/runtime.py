@@ -25,6 +25,16 @@ def session_options(threads: int = 1) -> Any:
     return so
 
 
+def quiet_run() -> Any:
+    """RunOptions that log nothing: for runs whose failure is an answer (does the model run at
+    these sizes?), reported by the caller, not on the terminal."""
+    import onnxruntime as ort
+
+    ro = ort.RunOptions()
+    ro.log_severity_level = 4
+    return ro
+
+
 def session(model: Any, threads: int = 1) -> Any:
     """A CPU inference session for an `onnx.ModelProto`."""
     import onnxruntime as ort

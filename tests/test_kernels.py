@@ -27,7 +27,10 @@ def _all_kernel_modules() -> None:
 
 @pytest.fixture
 def fake_module(monkeypatch):
-    """Installs a stand-in for eqsat_nb._kernels whose functions record their calls."""
+    """Installs a stand-in for eqsat_nb._kernels whose functions record their calls, in a
+    process where nothing forces the just-in-time code (EQSAT_NB_JIT unset, Numba's bounds
+    checking off: a suite run under NUMBA_BOUNDSCHECK=1 still tests the dispatch itself;
+    test_the_switches_that_force_just_in_time_code turns each switch back on)."""
     def install(stamp: int, kernels: list[Kernel]) -> list:
         calls: list = []
         mod = pytypes.ModuleType("eqsat_nb._kernels")
@@ -38,6 +41,7 @@ def fake_module(monkeypatch):
                 setattr(mod, sym, lambda *a, _s=sym: calls.append(_s) or "compiled")
         monkeypatch.setitem(sys.modules, "eqsat_nb._kernels", mod)
         monkeypatch.delenv("EQSAT_NB_JIT", raising=False)
+        monkeypatch.setattr(K.config, "BOUNDSCHECK", None)
         monkeypatch.setattr(K, "_state", {"module": None, "loaded": False, "why": ""})
         for k in kernels:
             monkeypatch.setattr(k, "_compiled", None)

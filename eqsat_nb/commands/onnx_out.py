@@ -50,18 +50,18 @@ def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str
     outputs compared by name with `check_outputs`' tolerances: (all equal, the summary). A
     TirError (without a file: the caller names the input) if onnxruntime cannot run `before`."""
     from ..check_outputs import worst_over
-    from ..runtime import session
+    from ..runtime import quiet_run, session
 
     names = [o.name for o in before.graph.output]
     try:
         a = session(before)
-        want = [a.run(names, dict(f)) for f in feeds_list]
+        want = [a.run(names, dict(f), quiet_run()) for f in feeds_list]
     except Exception as e:      # noqa: BLE001 - the input itself fails: say so, located
         from ..onnx_io.validate import ort_located
         raise TirError(f"onnxruntime cannot run the input model on random inputs: "
                        f"{ort_located(e)}. Nothing was written") from None
     b = session(after)
-    runs = ((w, b.run(names, dict(f))) for w, f in zip(want, feeds_list))
+    runs = ((w, b.run(names, dict(f), quiet_run())) for w, f in zip(want, feeds_list))
     v = worst_over(names, runs, tuple(range(len(feeds_list))))
     return v.ok, v.summary()
 
@@ -71,17 +71,6 @@ def import_shapes(imp: Any) -> dict[str, tuple[int, ...]]:
     types = imp.graph.types()
     return {name: types[ssa].shape for name, ssa in imp.ssa_of.items()
             if ssa in dict(imp.graph.inputs)}
-
-
-def other_size(imp: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """The same shapes with every defaulted (never given) dim at another size."""
-    out = dict(shapes)
-    for name, axes in imp.defaulted.items():
-        dims = list(out[name])
-        for a in axes:
-            dims[a] = dims[a] + 2
-        out[name] = tuple(dims)
-    return out
 
 
 def _fix_interface(model: Any, imp: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
@@ -137,18 +126,24 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
             raise VerificationError(f"the optimized ONNX model does not match the input in "
                                     f"onnxruntime: {text}. Nothing was written.", file=out)
     if imp.defaulted:        # symbolic dims the user did not fix: valid for other sizes too?
-        bigger = [random_feeds(imp.model, seed=args.seed, shapes=other_size(imp, shapes))]
-        try:
-            ok, _ = compare_in_onnxruntime(imp.model, spliced, bigger)
-        except Exception:    # noqa: BLE001 - onnxruntime refusing the size is the answer
-            ok = False
+        from ..onnx_io.symbolic import another_size
+        other = another_size(imp.model, imp.defaulted, shapes)
+        ok = False
+        if other is not None:
+            bigger = [random_feeds(imp.model, seed=args.seed, shapes=other)]
+            try:
+                ok, _ = compare_in_onnxruntime(imp.model, spliced, bigger)
+            except Exception:    # noqa: BLE001 - onnxruntime refusing the size is the answer
+                ok = False
         if not ok:
             how = copy_input(args.model, out, imp.model, args.force)
             given = " ".join(f"--input-shape {n}={'x'.join(map(str, shapes[n]))}"
                              for n in imp.defaulted)
-            return OnnxOutcome("input unchanged", f"the rewrites hold only for the sizes "
-                               f"assumed for symbolic dims ({_symbolic_note(imp)}); pass "
-                               f"{given} (or --dim) to optimize for fixed sizes{how}")
+            held = ("the rewrites hold only for the sizes" if other is not None else
+                    "the input model runs in onnxruntime at no other size tried than the ones")
+            return OnnxOutcome("input unchanged", f"{held} assumed for symbolic dims "
+                               f"({_symbolic_note(imp)}); pass {given} (or --dim) to optimize "
+                               f"for fixed sizes{how}")
     elif fixed:
         _fix_interface(spliced, imp, shapes)
     if args.measure:

@@ -242,6 +242,8 @@ def run_command(args: argparse.Namespace) -> int:
     report = make_report(args.model, result, check, describe_cost_model(cost_model), budget)
     if dropped:
         report["rules_not_used"] = dropped
+    if imp is not None and imp.size_note:
+        report["symbolic_sizes"] = imp.size_note
     if args.onnx and imp is not None:
         from .onnx_out import write_onnx_result
         if args.measure is None:
@@ -469,6 +471,8 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
         total = f"{b['used_s']:.2f} s of the {b['limit_s']:g} s limit"
         if b["numba_compile_s"] >= 0.05:
             total += f"; Numba compilation {b['numba_compile_s']:.1f} s, not counted"
+    if r.get("symbolic_sizes"):
+        lines.append("  " + r["symbolic_sizes"])
     lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["times_s"].items())
                  + f" ({total})")
     changes = r.get("changes") or []

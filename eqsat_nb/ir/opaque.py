@@ -1,8 +1,11 @@
 """Opaque nodes: operators the IR does not model, kept as the ONNX node they came from.
 
 An opaque node's attributes are `op`, `domain`, `opset` and `onnx` (the base64 of a serialized
-ONNX NodeProto whose inputs are the placeholders i0, i1, ... for the operands in order and "" for
-omitted optional inputs, outputs likewise o0, o1, ... / ""). Nothing in the optimizer looks inside;
+ONNX NodeProto whose inputs are the placeholders i0, i1, ... for the operands in order, "" for
+omitted optional inputs and `empty:<ONNX element type>:<dims>` for a zero-size constant the node
+reads, such as Resize-11's required empty `roi` (the IR holds no zero-size tensors, so the node
+carries it and every writer makes it a constant again), outputs likewise o0, o1, ... / "").
+Nothing in the optimizer looks inside;
 the reference interpreter runs the stored node as a one-node model in onnxruntime so graphs that
 contain opaque nodes stay executable, and the ONNX exporter writes the node back unchanged.
 """
@@ -39,9 +42,43 @@ class OpaqueAttrError(TirError):
         self.attr = attr
 
 
-def encode_node(node: Any, inputs_present: Sequence[bool], outputs_present: Sequence[bool]) -> str:
+EMPTY = "empty:"
+
+
+def empty_input(elem_type: int, shape: Sequence[int]) -> str:
+    """The stored node's input that stands for a zero-size constant of this ONNX element type
+    and shape (see the module doc)."""
+    return f"{EMPTY}{int(elem_type)}:{'x'.join(str(int(d)) for d in shape)}"
+
+
+def parse_empty(name: str) -> tuple[int, tuple[int, ...]] | None:
+    """(element type, shape) of an `empty:` input; None for any other name."""
+    if not name.startswith(EMPTY):
+        return None
+    try:
+        elem, dims = name[len(EMPTY):].split(":")
+        shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+        elem_type = int(elem)
+    except ValueError:
+        return None
+    if elem_type <= 0 or 0 not in shape or any(d < 0 for d in shape):
+        return None
+    return elem_type, shape
+
+
+def empty_tensor(name: str, placeholder: str) -> Any:
+    """The TensorProto (named `name`) an `empty:` input stands for."""
+    from onnx import helper
+    elem_type, shape = parse_empty(placeholder)   # type: ignore[misc] - checked by check_opaque
+    return helper.make_tensor(name, elem_type, list(shape), [])
+
+
+def encode_node(node: Any, inputs_present: Sequence[bool | str],
+                outputs_present: Sequence[bool]) -> str:
     """The `onnx` attribute for ONNX `node`: a copy with placeholder input/output names and no
-    node name (names are the graph's business), serialized and base64-encoded."""
+    node name (names are the graph's business), serialized and base64-encoded. An entry of
+    `inputs_present` is True for an operand, False for an omitted input, or an `empty:` input
+    kept as it is."""
     import onnx
 
     copy = onnx.NodeProto()
@@ -52,6 +89,9 @@ def encode_node(node: Any, inputs_present: Sequence[bool], outputs_present: Sequ
     del copy.output[:]
     k = 0
     for present in inputs_present:
+        if isinstance(present, str):
+            copy.input.append(present)
+            continue
         copy.input.append(f"i{k}" if present else "")
         k += present
     k = 0
@@ -91,9 +131,49 @@ def _graph_reads(g: Any) -> list[str]:
 
 
 def input_names(node: Any) -> list[str]:
-    """The one-node model's input names for a stored node: i0, i1, ... then its implicit ones."""
-    n = sum(1 for i in node.input if i)
-    return [f"i{k}" for k in range(n)] + implicit_inputs(node)
+    """The one-node model's input names for a stored node: its operand inputs (i0, i1, ...)
+    then its implicit ones."""
+    return [i for i in node.input if i and not i.startswith(EMPTY)] + implicit_inputs(node)
+
+
+def _inner_names(node: Any) -> set[str]:
+    """Every name a node's subgraphs define or read, at any depth."""
+    names: set[str] = set()
+    for a in node.attribute:
+        for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+            names |= {i.name for i in g.input} | {t.name for t in g.initializer}
+            names |= {o.name for o in g.output}
+            for n in g.node:
+                names.update(v for v in list(n.input) + list(n.output) if v)
+                names |= _inner_names(n)
+    return names
+
+
+def runnable_node(attrs: Mapping[str, Any]) -> Any:
+    """The stored node with its placeholder names (i0.., o0.., empty:..) renamed where a
+    subgraph uses the same name (a Loop body's own 'i1'): the one-node model must be SSA."""
+    node = decode_node(attrs)
+    inner = _inner_names(node)
+    if not inner:
+        return node
+    taken = set(inner)
+
+    def clear(v: str) -> str:
+        if not v or v not in inner:
+            return v
+        k = 0
+        while f"{v}_{k}" in taken:
+            k += 1
+        taken.add(f"{v}_{k}")
+        return f"{v}_{k}"
+    renamed = {v: clear(v) for v in dict.fromkeys(list(node.input) + list(node.output))}
+    ins = [renamed[v] for v in node.input]
+    outs = [renamed[v] for v in node.output]
+    del node.input[:]
+    del node.output[:]
+    node.input.extend(ins)
+    node.output.extend(outs)
+    return node
 
 
 @lru_cache(maxsize=1024)
@@ -129,9 +209,14 @@ def check_opaque(attrs: Mapping[str, Any], n_inputs: int, n_results: int) -> Non
                               f"node's domain is \"{node.domain}\"", "domain")
     if attrs["opset"] < 1:
         raise OpaqueAttrError(f"attribute 'opset' must be positive, got {attrs['opset']}", "opset")
-    ins = [i for i in node.input if i]
+    for i in node.input:
+        if i.startswith(EMPTY) and parse_empty(i) is None:
+            raise OpaqueAttrError(f"the stored ONNX node's input '{i}' is not "
+                                  f"{EMPTY}<element type>:<dims with a 0>", "onnx")
+    ins = [i for i in node.input if i and not i.startswith(EMPTY)]
     if ins != [f"i{k}" for k in range(len(ins))]:
-        raise OpaqueAttrError("the stored ONNX node's inputs must be i0, i1, ... or \"\"", "onnx")
+        raise OpaqueAttrError("the stored ONNX node's inputs must be i0, i1, ..., \"\" or "
+                              f"{EMPTY}...", "onnx")
     outs = [o for o in node.output if o]
     if outs != [f"o{k}" for k in range(len(outs))]:
         raise OpaqueAttrError("the stored ONNX node's outputs must be o0, o1, ... or \"\"", "onnx")
@@ -154,19 +239,22 @@ def opset_imports(domain: str, opset: int) -> list[tuple[str, int]]:
 
 def one_node_model(attrs: Mapping[str, Any], in_types: Sequence[TensorType],
                    out_types: Sequence[TensorType]) -> Any:
-    """A model of just this node: inputs i0.., outputs o0.. with the given types."""
+    """A model of just this node: inputs i0.., outputs o0.. (see runnable_node) with the given
+    types."""
     from onnx import helper
 
-    node = decode_node(attrs)
+    node = runnable_node(attrs)
     for t in list(in_types) + list(out_types):
         if t.dtype not in DTYPE_TO_ONNX:
             raise TirError(f"opaque {attrs['op']}: element type {t.dtype} has no ONNX equivalent")
+    empties = {i: e for i, e in zip(node.input, decode_node(attrs).input) if e.startswith(EMPTY)}
     graph = helper.make_graph(
         [node], f"opaque_{attrs['op']}",
         [helper.make_tensor_value_info(name, DTYPE_TO_ONNX[t.dtype], list(t.shape))
          for name, t in zip(input_names(node), in_types)],
-        [helper.make_tensor_value_info(f"o{k}", DTYPE_TO_ONNX[t.dtype], list(t.shape))
-         for k, t in enumerate(out_types)])
+        [helper.make_tensor_value_info(name, DTYPE_TO_ONNX[t.dtype], list(t.shape))
+         for name, t in zip([o for o in node.output if o], out_types)],
+        initializer=[empty_tensor(name, e) for name, e in empties.items()])
     model = helper.make_model(graph, opset_imports=[
         helper.make_opsetid(d, v) for d, v in opset_imports(attrs["domain"], attrs["opset"])])
     model.ir_version = IR_VERSION
@@ -191,7 +279,7 @@ def run_opaque(attrs: tuple, args: Sequence[np.ndarray], in_types: Sequence[Tens
     a = dict(attrs)
     try:
         sess = _session(tuple(attrs), tuple(in_types), tuple(out_types))
-        names = input_names(decode_node(a))
+        names = input_names(runnable_node(a))
         feeds = {name: np.asarray(x, dtype=NP_DTYPES[t.dtype])
                  for name, x, t in zip(names, args, in_types)}
         outs = sess.run(None, feeds)

@@ -28,7 +28,8 @@ import numpy as np
 from ..errors import TirError
 from ..ir.graph import Graph, Node
 from ..ir.interp import positive_weights, random_tensor
-from ..ir.opaque import (DEFAULT_OPSET, DTYPE_TO_ONNX, IR_VERSION, NP_DTYPES, decode_node)
+from ..ir.opaque import (DEFAULT_OPSET, DTYPE_TO_ONNX, EMPTY, IR_VERSION, NP_DTYPES, decode_node,
+                         empty_tensor)
 from ..ir.ops import OPS
 from ..ir.ops.onnx_map import ACT_ONNX, OnnxNode
 
@@ -196,12 +197,20 @@ class _Writer:
         if act != "none":
             self.add(ACT_ONNX[act], [n.main], [r])
 
+    def empty(self, out: str, placeholder: str) -> str:
+        """A Constant for a zero-size input an opaque node carries (see ir/opaque.py)."""
+        self.nodes.append(self.h.make_node("Constant", [], [out],
+                                           value=empty_tensor(out, placeholder)))
+        return out
+
     def opaque(self, node: Node, ins: list[str]) -> None:
         proto = decode_node(node.attr)
         it = iter(ins)
-        names = [next(it) if i else "" for i in proto.input]
         ot = iter(node.results)
         outs = [self.name[next(ot)] if o else "" for o in proto.output]
+        base = next((o for o in outs if o), "opaque")
+        names = [self.empty(f"{base}#in{k}", i) if i.startswith(EMPTY) else next(it) if i else ""
+                 for k, i in enumerate(proto.input)]
         del proto.input[:]
         del proto.output[:]
         proto.input.extend(names)

@@ -74,12 +74,14 @@ def _evaluate(node: Any, args: list[np.ndarray | None], opsets: Mapping[str, int
 
 
 def _light(model: Any, input_dims: Mapping[str, tuple[int, ...]], values: Mapping[str, Any],
-           small: int) -> Any:
+           small: int, learnt: Mapping[str, Any] | None = None) -> Any:
     """A copy for shape inference: input dims fixed, big initializers as typed inputs, the
-    folded values as initializers in place of the nodes that computed them."""
+    folded values as initializers in place of the nodes that computed them, and the types in
+    `learnt` (ValueInfoProtos by name, e.g. an If's outputs, control_flow.py) as value_info."""
     import onnx
     from onnx import helper, numpy_helper
 
+    learnt = learnt or {}
     src = model.graph
     dst = onnx.ModelProto()
     dst.ir_version = max(model.ir_version, 4)     # initializers need not be listed as inputs
@@ -105,7 +107,8 @@ def _light(model: Any, input_dims: Mapping[str, tuple[int, ...]], values: Mappin
                 shp.dim.add().dim_value = int(d)
         g.input.append(vi)
     g.output.extend(src.output)
-    g.value_info.extend(v for v in src.value_info if v.name not in values)
+    g.value_info.extend(v for v in src.value_info if v.name not in values and v.name not in learnt)
+    g.value_info.extend(v for k, v in learnt.items() if k not in values)
     for t in src.initializer:
         n = int(np.prod(t.dims)) if len(t.dims) else 1
         if n <= small:
@@ -126,11 +129,12 @@ def infer(model: Any) -> Any:
 
 def fold_model(model: Any, input_dims: Mapping[str, tuple[int, ...]],
                known: Mapping[str, np.ndarray], free_dims: Mapping[str, set[int]] | None = None,
-               small: int = 4096) -> Folded:
+               small: int = 4096, learnt: Mapping[str, Any] | None = None) -> Folded:
     """Fold `model` (see the module doc). `input_dims` fixes the shape of each graph input;
     `known` holds the constants (initializers, Constant nodes) by name; `free_dims[input]` are
     the axes of an input whose size was not given by the user (values read from them are
-    reported in `Folded.symbolic`)."""
+    reported in `Folded.symbolic`); `learnt` types that inference cannot derive (see _light)."""
+    learnt = learnt or {}
     free_dims = free_dims or {}
     opsets = {o.domain or "": o.version for o in model.opset_import}
     opsets.setdefault("", 1)
@@ -146,7 +150,7 @@ def fold_model(model: Any, input_dims: Mapping[str, tuple[int, ...]],
     cur = model
     inferred = None
     for _ in range(_ROUNDS):
-        inferred = infer(_light(cur, input_dims, values, small))
+        inferred = infer(_light(cur, input_dims, values, small, learnt))
         shapes: dict[str, tuple[int, ...]] = {}
         ig = inferred.graph
         for vi in list(ig.input) + list(ig.value_info) + list(ig.output):

@@ -1,8 +1,10 @@
 """The ONNX import's walk: an onnx.ModelProto → IR Graph plus weight values, node by node.
 
-Value types come first (input_types.py: symbolic input dims fixed, shape inference, shape
-computations folded by fold.py: a node whose inputs are all constants, or a Shape of a known shape,
-gives a constant, and an If with a constant condition is replaced by its branch). Initializers,
+Value types come first (input_types.py: symbolic input dims fixed, at other sizes where 1 is
+degenerate (symbolic.py), shape inference, If/Loop/Scan outputs typed from their subgraphs
+(control_flow.py), shape computations folded by fold.py: a node whose inputs are all constants,
+or a Shape of a known shape, gives a constant, and an If with a constant condition is replaced by
+its branch). Initializers,
 Constant nodes and folded values are constants: one used as a data operand becomes a `weight` node
 (placed where the exporter's metadata says, else just before its first user); one read as a static
 parameter (a Reshape's shape, a Split's sizes, ...) is only read. Old-format models that list
@@ -38,6 +40,7 @@ from .elem_types import TYPE_NAMES, ir_dtype, onnx_elem
 from .exporter import WEIGHTS_KEY
 from .input_types import DEFAULT_DIM, dims_text, infer_types
 from .names import unique
+from .symbolic import DegenerateShape
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.$]")
 
@@ -45,8 +48,12 @@ _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.$]")
 
 class _Importer:
     def __init__(self, model: Any, source: str, dims: Mapping[str, int],
-                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                 sizes: Mapping[str, int] | None = None) -> None:
         self.source = source
+        self.sizes = dict(sizes or {})     # free symbol → size to analyse it at (symbolic.py)
+        self.free_symbols: dict[str, list[tuple[str, int]]] = {}   # symbol → (input, axis)
+        self.size_note = ""
         self.model = model
         self.dims = dims
         self.input_shapes = dict(input_shapes or {})
@@ -73,6 +80,7 @@ class _Importer:
         self.meta_names: dict[str, tuple[str, str]] = {}  # initializer → (weight name, SSA)
         self.bad_types: dict[str, int] = {}       # values of element types the IR lacks
         self.zero_size: set[str] = set()
+        self.not_tensors: dict[str, str] = {}     # value → "sequence", "map", "optional", ...
 
     def index_nodes(self, g: Any) -> None:
         self.consumers: dict[str, list[int]] = {}
@@ -97,7 +105,7 @@ class _Importer:
         return not v or (v not in self.consumers and v not in self.graph_outputs)
 
     # ------------------------------------------------------------------ errors and names
-    def err(self, msg: str, node: Any = None) -> TirError:
+    def err(self, msg: str, node: Any = None, cls: type = TirError) -> TirError:
         if node is not None:
             dom = node.domain if node.domain not in ("", "ai.onnx") else ""
             ver = self.opsets.get(dom) if dom else self.opset
@@ -105,7 +113,7 @@ class _Importer:
             label = (f"node '{node.name}' ({node.op_type}, {where})" if node.name
                      else f"{node.op_type} node ({where})")
             msg = f"{label}: {msg}"
-        return TirError(msg, file=self.source)
+        return cls(msg, file=self.source)
 
     def reserve(self, onnx_name: str) -> str:
         return unique("%" + (_sanitize(onnx_name) or "v"), self.used_names)
@@ -126,15 +134,19 @@ class _Importer:
             raise self.err(f"'{name}' has element type "
                            f"{TYPE_NAMES.get(self.bad_types[name], self.bad_types[name])}, which "
                            f"the IR cannot hold", node)
+        if t is None and name in self.not_tensors:
+            raise self.err(f"'{name}' is a {self.not_tensors[name]}, which the IR cannot hold (it "
+                           f"holds tensors)", node)
         if t is None and name in self.zero_size:
-            raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node)
+            raise self.err(f"'{name}' has a zero-size dimension, which the IR cannot hold", node,
+                           DegenerateShape)
         if t is None:
             hint = ("data-dependent shapes are not supported" if not self.defaulted else
                     "it may depend on the symbolic input dims " + dims_text(self.symbolic) +
                     ", which took the size " + str(DEFAULT_DIM) + ": give the input shapes "
                     "(--input-shape NAME=1x3x224x224 / --dim SYMBOL=VALUE)")
             raise self.err(f"the shape of '{name}' is unknown (shape inference could not derive "
-                           f"it; {hint})", node)
+                           f"it; {hint})", node, DegenerateShape)
         return t
 
     def const(self, name: str) -> np.ndarray | None:
@@ -172,7 +184,8 @@ class _Importer:
             self.used_names.add(ssa)
         dtype = ir_dtype(onnx_elem(c.value, name, self, node), f"constant '{name}'")
         if c.value.size == 0 or any(d <= 0 for d in c.value.shape):
-            raise self.err(f"constant '{name}' has a zero-size dimension {c.value.shape}", node)
+            raise self.err(f"constant '{name}' has a zero-size dimension {c.value.shape}", node,
+                           DegenerateShape)
         self.b.weight(c.value.shape, wname, dtype, value_name=ssa)
         self.weights[wname] = c.value
         self.weight_ssa[name] = ssa
@@ -349,8 +362,14 @@ class _Importer:
         self.consts[node.output[0]] = Const(arr, True, node.doc_string)
 
     def opaque(self, node: Any) -> None:
-        node, opset = self.drop_empty_inputs(node)
-        ins = [self.val(v, node) for v in node.input if v]
+        from .control_flow import with_constants_inside
+        from .opaque_inputs import stored_inputs
+
+        node = with_constants_inside(node, self.outer_const)
+        domain = node.domain if node.domain != "ai.onnx" else ""
+        opset = self.opsets.get(domain, self.opsets.get("ai.onnx" if not domain else domain, 1))
+        flags = stored_inputs(node, self.empty_const, opset)
+        ins = [self.val(v, node) for v, f in zip(node.input, flags) if f is True]
         ins += [self.val(v, node) for v in implicit_inputs(node)]   # read by If/Loop bodies
         outs = [v for v in node.output if v]
         types = []
@@ -360,12 +379,8 @@ class _Importer:
                                f"{TYPE_NAMES.get(self.bad_types[v], self.bad_types[v])}, which "
                                f"the IR cannot hold", node)
             types.append(self.type_of(v, node))
-        domain = node.domain if node.domain != "ai.onnx" else ""
-        attrs = {"op": node.op_type, "domain": domain,
-                 "opset": opset or self.opsets.get(domain, self.opsets.get(
-                     "ai.onnx" if not domain else domain, 1)),
-                 "onnx": encode_node(node, [bool(v) for v in node.input],
-                                     [bool(v) for v in node.output])}
+        attrs = {"op": node.op_type, "domain": domain, "opset": opset,
+                 "onnx": encode_node(node, flags, [bool(v) for v in node.output])}
         names = [self.ssa_for(v) for v in outs]
         if names:
             self.before(names[0])
@@ -375,38 +390,19 @@ class _Importer:
             raise self.err(e.message, node) from None
         self.defined.update(outs)
 
-    def drop_empty_inputs(self, node: Any) -> tuple[Any, int | None]:
-        """An empty constant fed to an optional input (Resize's roi and scales as torch writes
-        them) means the input is absent: the IR holds no zero-size tensors, so it is left out.
-        Resize-11/12 require roi and scales (empty when unused); it is kept as a Resize-13, which
-        computes the same and takes "" for them. Returns the node and the opset it is kept at
-        (None: the model's)."""
-        empty = [k for k, v in enumerate(node.input)
-                 if v and v in self.consts and v not in self.defined
-                 and self.consts[v].value.size == 0 and v not in self.meta_weight_inputs]
-        if not empty:
-            return node, None
-        import onnx
-        from onnx import defs
-        opset = None
-        if node.op_type == "Resize" and node.domain in ("", "ai.onnx") and self.opset in (11, 12):
-            opset = 13
-        try:
-            schema = defs.get_schema(node.op_type, opset or self.opset, node.domain or "")
-        except Exception:    # noqa: BLE001 - no schema: leave it (the error names the value)
-            return node, None
-        for k in empty:
-            formal = schema.inputs[min(k, len(schema.inputs) - 1)] if schema.inputs else None
-            if formal is None or formal.option != defs.OpSchema.FormalParameterOption.Optional:
-                raise self.err(f"input '{node.input[k]}' is an empty tensor, which the IR cannot "
-                               f"hold (the operator needs it at opset {self.opset})", node)
-        copy = onnx.NodeProto()
-        copy.CopyFrom(node)
-        for k in empty:
-            copy.input[k] = ""
-        while copy.input and not copy.input[-1]:
-            del copy.input[-1]
-        return copy, opset
+    def outer_const(self, v: str) -> np.ndarray | None:
+        """The value of `v` if it is a constant a subgraph may carry inside itself."""
+        c = self.consts.get(v)
+        if c is None or v in self.defined or v in self.meta_weight_inputs:
+            return None
+        return c.value
+
+    def empty_const(self, v: str) -> np.ndarray | None:
+        """The value of `v` if it is a zero-size constant (which the IR cannot hold)."""
+        c = self.consts.get(v)
+        if c is None or v in self.defined or v in self.meta_weight_inputs or c.value.size:
+            return None
+        return c.value
 
     # ------------------------------------------------------------------ patterns
     def single_use(self, v: str) -> bool:

@@ -1,10 +1,13 @@
 """The types an import works with: the shape each graph input takes and every value's type.
 
 Symbolic input dimensions are fixed first: `input_shapes` by input, `dims` by dim_param, else
-DEFAULT_DIM, reported in `OnnxImport.symbolic`/`defaulted`, never silently. Then
-`onnx.shape_inference` (with data propagation) and the folding of shape computations (fold.py)
-give every value's type; values of element types the IR lacks, zero-size values and unknown
-shapes are recorded so that an error names them when a node needs them.
+DEFAULT_DIM or, where that size is degenerate, the size symbolic.py found (`imp.sizes`), reported
+in `OnnxImport.symbolic`/`defaulted`/`size_note`, never silently. Then `onnx.shape_inference`
+(with data propagation), the output types of If/Loop/Scan from their subgraphs (control_flow.py)
+and the folding of shape computations (fold.py) give every value's type; values of element types
+the IR lacks, values that are not tensors, zero-size values and unknown shapes are recorded so
+that an error names them when a node needs them (a `DegenerateShape` where the sizes chosen for
+symbolic dims may be the cause).
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ def input_dims(imp: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, set[int]
                           f"(inputs: {', '.join(sorted(names - inits)) or 'none'})")
     shapes: dict[str, tuple[int, ...]] = {}
     free: dict[str, set[int]] = {}
+    imp.free_symbols = {}
     for inp in g.input:
         if inp.name in inits:
             continue
@@ -74,21 +78,31 @@ def input_dims(imp: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, set[int]
             elif x != "?" and x in imp.dims:
                 dims.append(int(imp.dims[x]))
             else:
-                dims.append(DEFAULT_DIM)
+                symbol = x if x != "?" else f"{inp.name}[{k}]"
+                imp.free_symbols.setdefault(symbol, []).append((inp.name, k))
+                dims.append(int(imp.sizes.get(symbol, DEFAULT_DIM)))
                 free.setdefault(inp.name, set()).add(k)
         shapes[inp.name] = tuple(dims)
     imp.defaulted = {k: sorted(v) for k, v in free.items()}
     return shapes, free
 
+
 def infer_types(imp: Any) -> None:
     from . import fold
+    from .control_flow import empty_in_branches, fold_with_control_flow
+    from .symbolic import DegenerateShape
 
     shapes, free = input_dims(imp)
     known = {k: c.value for k, c in imp.consts.items() if c.value.size <= fold.FOLD_MAX}
     try:
-        res = fold.fold_model(imp.model, shapes, known, free, SMALL)
+        res = fold_with_control_flow(imp.model, shapes, known, free, SMALL)
     except Exception as e:   # noqa: BLE001 - inference errors are of onnx's own types
-        raise imp.err(f"shape inference failed: {str(e).strip().splitlines()[0]}") from None
+        raise imp.err(f"shape inference failed: {str(e).strip().splitlines()[0]}",
+                      cls=DegenerateShape) from None
+    empty = empty_in_branches(res.model, res, known, SMALL) if free else None
+    if empty is not None:       # sizes the tool chose, at which a branch computes nothing
+        raise imp.err(f"'{empty[1]}', computed in a branch, has a zero-size dimension at "
+                      f"these sizes", empty[0], DegenerateShape)
     if res.model is not imp.model:          # If nodes with a constant condition inlined
         from onnx import numpy_helper
         imp.model = res.model
@@ -105,7 +119,10 @@ def infer_types(imp: Any) -> None:
     g = imp.model.graph
     ig = res.inferred.graph
     for vi in list(ig.input) + list(ig.value_info) + list(ig.output):
-        if vi.name in imp.types or not vi.type.HasField("tensor_type"):
+        kind = vi.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):      # a sequence, map, optional, sparse tensor
+            imp.not_tensors.setdefault(vi.name, kind.removesuffix("_type").replace("_", " "))
+        if vi.name in imp.types or kind != "tensor_type":
             continue
         tt = vi.type.tensor_type
         if not tt.HasField("shape") or tt.elem_type == 0:

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import TirError
 from ..ir.graph import Graph
 from .importer import _Importer
+from .symbolic import import_at_working_sizes
 
 
 @dataclass
@@ -34,9 +35,10 @@ class OnnxImport:
     Symbolic input dims: `symbolic[input]` lists the dims of every graph input that has any
     symbolic dim as written in the file (ints, dim_param names, "?" for unnamed/-1/0 dims);
     `defaulted[input]` the axes that took DEFAULT_DIM because neither `input_shapes` nor `dims`
-    gave a size (empty when the user fixed everything). `dim_dependent` are the folded values
-    that read a defaulted dim (e.g. a Reshape target computed from the batch size): a graph that
-    uses any of them is only valid for that size."""
+    gave a size (empty when the user fixed everything); `size_note` says which other sizes they
+    took where 1 was degenerate (symbolic.py; empty when all took 1). `dim_dependent` are the
+    folded values that read a defaulted dim (e.g. a Reshape target computed from the batch
+    size): a graph that uses any of them is only valid for that size."""
 
     graph: Graph
     weights: dict[str, np.ndarray]
@@ -47,6 +49,7 @@ class OnnxImport:
     folded: frozenset[str] = frozenset()
     dim_dependent: frozenset[str] = frozenset()
     inlined: tuple[str, ...] = ()
+    size_note: str = ""
 
 
 def from_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | None = None,
@@ -65,7 +68,8 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
     """`from_onnx` with the provenance the splicing exporter needs (see OnnxImport).
     `input_shapes[input]` fixes a graph input's whole shape; `dims[symbol]` fixes a dim_param
-    wherever it occurs; other symbolic dims take DEFAULT_DIM (reported in `defaulted`)."""
+    wherever it occurs; other symbolic dims take DEFAULT_DIM, or other sizes where that is
+    degenerate (symbolic.py; reported in `defaulted` and `size_note`)."""
     import onnx
     from onnx import numpy_helper
 
@@ -88,9 +92,9 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
         except (onnx.checker.ValidationError, ValueError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TirError(f"not a valid ONNX model: {msg}", file=source) from None
-    imp = _Importer(model, source, dict(dims or {}), input_shapes)
     try:
-        graph, weights = imp.run()
+        imp, (graph, weights) = import_at_working_sizes(
+            lambda sizes: _Importer(model, source, dict(dims or {}), input_shapes, sizes), model)
     except TirError as e:
         raise e if e.file else TirError(e.message, file=source) from None
     # the exported weights_as_inputs form: weights without values (drawn at random when run)
@@ -99,7 +103,8 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
     present = graph.types()
     ssa_of = {k: v for k, v in {**imp.value, **imp.weight_ssa}.items() if v in present}
     return OnnxImport(graph, weights, imp.model, ssa_of, dict(imp.symbolic), dict(imp.defaulted),
-                      frozenset(imp.folded), frozenset(imp.symbolic_values), tuple(imp.inlined))
+                      frozenset(imp.folded), frozenset(imp.symbolic_values), tuple(imp.inlined),
+                      imp.size_note)
 
 
 def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
