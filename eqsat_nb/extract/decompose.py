@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from ..kernels import kernel
+from .csr import reverse_csr
 from .problem import ExtractionProblem, from_arrays
 
 MIN_LAYER = 24          # classes a separator's layer must hold to stand on its own
@@ -87,21 +88,7 @@ def _layer_of(node_class, child_start, child_class, class_start, class_nodes, ro
         if po[v] >= 0:
             rpo[cnt - 1 - po[v]] = v
     # predecessors (reached vertices only)
-    pstart = np.zeros(n + 1, np.int64)
-    for v in range(n):
-        if po[v] >= 0:
-            for e in range(sstart[v], sstart[v + 1]):
-                pstart[succ[e] + 1] += 1
-    for v in range(n):
-        pstart[v + 1] += pstart[v]
-    fill = pstart[:-1].copy()
-    pred = np.empty(pstart[n], np.int64)
-    for v in range(n):
-        if po[v] >= 0:
-            for e in range(sstart[v], sstart[v + 1]):
-                w = succ[e]
-                pred[fill[w]] = v
-                fill[w] += 1
+    pstart, pred = reverse_csr(sstart, succ, po >= 0, n)
     # Cooper-Harvey-Kennedy
     idom = np.full(n, -1, np.int64)
     idom[R] = R

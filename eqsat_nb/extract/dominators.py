@@ -246,11 +246,7 @@ def _closure(D, lo, hi, node_class, child_start, child_class, class_start, class
         # candidate-set signature per reached class k
         nk = 0
         for w in range(ulo, uhi):
-            x = allu[w]
-            while x:
-                low = x & (~x + one)
-                x ^= low
-                nk += 1
+            nk += _popcount(allu[w])
         ks = np.empty(nk, np.int64)
         sig = np.empty(nk, np.uint64)
         cnt = np.empty(nk, np.int64)

@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from ..kernels import kernel
+from .csr import reverse_csr
 from .dag import _walk
 from .problem import ExtractionProblem
 
@@ -93,34 +94,12 @@ def _heap_pop(hv, hi, n):
 
 
 @njit(cache=True)
-def _users(node_class, kstart, kids, alive, n_classes):
-    """CSR class -> alive nodes that use it."""
-    N = node_class.size
-    ustart = np.zeros(n_classes + 1, np.int64)
-    for i in range(N):
-        if alive[i]:
-            for e in range(kstart[i], kstart[i + 1]):
-                ustart[kids[e] + 1] += 1
-    for c in range(n_classes):
-        ustart[c + 1] += ustart[c]
-    fill = ustart[:-1].copy()
-    users = np.empty(ustart[n_classes], np.int64)
-    for i in range(N):
-        if alive[i]:
-            for e in range(kstart[i], kstart[i + 1]):
-                k = kids[e]
-                users[fill[k]] = i
-                fill[k] += 1
-    return ustart, users
-
-
-@njit(cache=True)
 def tree_derivation(node_class, cost, kstart, kids, alive, n_classes):
     """Knuth's generalised Dijkstra over the alive nodes: (tree cost per class, inf where it has
     no acyclic derivation; the node of least tree cost, -1 where none). A class is settled only
     after every child of its node, so the chosen nodes form no cycle."""
     N = node_class.size
-    ustart, users = _users(node_class, kstart, kids, alive, n_classes)
+    ustart, users = reverse_csr(kstart, kids, alive, n_classes)
     missing = np.empty(N, np.int64)
     acc = cost.copy()
     tree = np.full(n_classes, np.inf)
@@ -162,6 +141,20 @@ def _subset(kids, a0, a1, b0, b1):
             return False
         q += 1
     return True
+
+
+@njit(cache=True)
+def _push_new(stack, sp, stamp, sid, free, kids, lo, hi):
+    """Push each child class in kids[lo:hi] that is not free and not yet stamped `sid` (stamping
+    it); returns the new stack top."""
+    for e in range(lo, hi):
+        k = kids[e]
+        if free[k] or stamp[k] == sid:
+            continue
+        stamp[k] = sid
+        sp += 1
+        stack[sp] = k
+    return sp
 
 
 @njit(cache=True)
@@ -265,27 +258,14 @@ def _round(node_class, cost, kstart, kids, alive, gone, fixed, rep, is_root, cla
         if not alive[i] or gone[node_class[i]] or inline[node_class[i]]:
             continue
         sid += 1
-        sp = -1
-        for e in range(kstart[i], kstart[i + 1]):
-            k = kids[e]
-            if free[k] or stamp[k] == sid:
-                continue
-            stamp[k] = sid
-            sp += 1
-            stack[sp] = k
+        sp = _push_new(stack, -1, stamp, sid, free, kids, kstart[i], kstart[i + 1])
         while sp >= 0:
             k = stack[sp]
             sp -= 1
             if inline[k]:
                 n = one[k]
                 cost[i] += cost[n]
-                for e in range(kstart[n], kstart[n + 1]):
-                    q = kids[e]
-                    if free[q] or stamp[q] == sid:
-                        continue
-                    stamp[q] = sid
-                    sp += 1
-                    stack[sp] = q
+                sp = _push_new(stack, sp, stamp, sid, free, kids, kstart[n], kstart[n + 1])
             else:
                 if used >= cap:
                     cap *= 2
