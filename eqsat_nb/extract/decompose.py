@@ -116,18 +116,9 @@ def _layer_of(node_class, child_start, child_class, class_start, class_nodes, ro
                 idom[v] = new
                 changed = True
     # dominator tree: preorder intervals [pre, last]
-    kstart = np.zeros(n + 1, np.int64)
-    for v in range(n):
-        if po[v] >= 0 and v != R:
-            kstart[idom[v] + 1] += 1
-    for v in range(n):
-        kstart[v + 1] += kstart[v]
-    fill = kstart[:-1].copy()
-    kids = np.empty(kstart[n], np.int64)
-    for v in range(n):
-        if po[v] >= 0 and v != R:
-            kids[fill[idom[v]]] = v
-            fill[idom[v]] += 1
+    tree = po >= 0
+    tree[R] = False
+    kstart, kids = reverse_csr(np.arange(n + 1), idom, tree, n)
     pre = np.full(n, -1, np.int64)
     last = np.full(n, -1, np.int64)
     order = np.empty(cnt, np.int64)
