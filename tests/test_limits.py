@@ -382,10 +382,13 @@ def test_internal_error_is_one_paragraph_or_a_traceback_on_request(capsys, monke
 
 def test_ctrl_c_exits_130_cleanly_and_writes_nothing(tmp_path):
     out, rep = tmp_path / "out.tir", tmp_path / "r.json"
+    # a shell without job control starts background jobs with SIGINT ignored, and Python keeps
+    # an ignored SIGINT: the child gets the default back, as a terminal's command would have it
     proc = subprocess.Popen([sys.executable, "-m", "eqsat_nb", "run",
                              str(EXAMPLES / "vit_huge.tir"), "-o", str(out), "--report", str(rep)],
                             cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first: list[str] = []
     reader = threading.Thread(target=lambda: first.append(proc.stderr.readline()), daemon=True)
     reader.start()
