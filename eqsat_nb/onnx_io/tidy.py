@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable
 
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph
 
 
 def flatten_splits(graph: Graph, keep: Iterable[str] = ()) -> Graph:
