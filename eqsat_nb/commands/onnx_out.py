@@ -126,7 +126,7 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
             raise VerificationError(f"the optimized ONNX model does not match the input in "
                                     f"onnxruntime: {text}. Nothing was written.", file=out)
     if imp.defaulted:        # symbolic dims the user did not fix: valid for other sizes too?
-        from ..onnx_io.symbolic import another_size
+        from ..onnx_io.symbolic import another_size, shape_hint
         other = another_size(imp.model, imp.defaulted, shapes)
         ok = False
         if other is not None:
@@ -137,13 +137,13 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
                 ok = False
         if not ok:
             how = copy_input(args.model, out, imp.model, args.force)
-            given = " ".join(f"--input-shape {n}={'x'.join(map(str, shapes[n]))}"
-                             for n in imp.defaulted)
+            assumed = ", ".join(f"{n}={'x'.join(map(str, shapes[n]))}" for n in imp.defaulted)
             held = ("the rewrites hold only for the sizes" if other is not None else
                     "the input model runs in onnxruntime at no other size tried than the ones")
             return OnnxOutcome("input unchanged", f"{held} assumed for symbolic dims "
-                               f"({_symbolic_note(imp)}); pass {given} (or --dim) to optimize "
-                               f"for fixed sizes{how}")
+                               f"({_symbolic_note(imp)}; analysed at {assumed}); pass the sizes "
+                               f"the model is used at, {shape_hint(imp)} (or --dim), to optimize "
+                               f"for them{how}")
     elif fixed:
         _fix_interface(spliced, imp, shapes)
     if args.measure:

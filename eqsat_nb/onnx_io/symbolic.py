@@ -147,12 +147,18 @@ def _assignment(sizes: Mapping[str, int]) -> str:
     return ", ".join(f"{s}={n}" for s, n in sizes.items())
 
 
+def shape_hint(imp: Any) -> str:
+    """The `--input-shape` options for the importer's symbolic inputs, each symbolic dim a
+    placeholder named after its symbol: "--input-shape x=1x3x<height>x<width>"."""
+    return " ".join(f"--input-shape {name}=" + "x".join(
+        str(d) if isinstance(d, int) else f"<{_symbol_of(name, k, d)}>" for k, d in
+        enumerate(dims)) for name, dims in getattr(imp, "symbolic", {}).items())
+
+
 def _nothing_works(imp: Any, symbols: Mapping[str, list[tuple[str, int]]],
                    failure: TirError) -> str:
     inputs = getattr(imp, "symbolic", {})
-    line = " ".join(f"--input-shape {name}=" + "x".join(
-        str(d) if isinstance(d, int) else f"<{_symbol_of(name, k, d)}>" for k, d in
-        enumerate(dims)) for name, dims in inputs.items())
+    line = shape_hint(imp)
     written = ", ".join(f"'{n}' [{', '.join(str(d) for d in dims)}]"
                         for n, dims in inputs.items())
     return (f"{failure.message}; the symbolic input dims ({written}) were analysed at 1, then "
