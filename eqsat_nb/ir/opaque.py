@@ -101,15 +101,23 @@ def encode_node(node: Any, inputs_present: Sequence[bool | str],
     return base64.b64encode(copy.SerializeToString(deterministic=True)).decode("ascii")
 
 
+GRAPH, GRAPHS = 5, 10      # onnx.AttributeProto.GRAPH / GRAPHS
+
+
+def subgraphs(node: Any) -> list[Any]:
+    """The GraphProtos a node's attributes hold (If's branches, Loop's and Scan's bodies)."""
+    return [g for a in node.attribute
+            for g in ([a.g] if a.type == GRAPH else list(a.graphs) if a.type == GRAPHS else [])]
+
+
 def implicit_inputs(node: Any) -> list[str]:
     """The enclosing-scope names a node's subgraphs (If/Loop/Scan bodies) read, in order of
     first appearance. An opaque node with subgraphs takes them as operands after the explicit
     ones (so the IR knows the dependency), and the stored node keeps their original names."""
     seen: dict[str, None] = {}
-    for a in node.attribute:
-        for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
-            for v in _graph_reads(g):
-                seen.setdefault(v)
+    for g in subgraphs(node):
+        for v in _graph_reads(g):
+            seen.setdefault(v)
     return list(seen)
 
 
@@ -139,13 +147,12 @@ def input_names(node: Any) -> list[str]:
 def _inner_names(node: Any) -> set[str]:
     """Every name a node's subgraphs define or read, at any depth."""
     names: set[str] = set()
-    for a in node.attribute:
-        for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
-            names |= {i.name for i in g.input} | {t.name for t in g.initializer}
-            names |= {o.name for o in g.output}
-            for n in g.node:
-                names.update(v for v in list(n.input) + list(n.output) if v)
-                names |= _inner_names(n)
+    for g in subgraphs(node):
+        names |= {i.name for i in g.input} | {t.name for t in g.initializer}
+        names |= {o.name for o in g.output}
+        for n in g.node:
+            names.update(v for v in list(n.input) + list(n.output) if v)
+            names |= _inner_names(n)
     return names
 
 

@@ -348,7 +348,7 @@ def with_constants_inside(node: Any, constant: Any) -> Any:
     import onnx
     from onnx import numpy_helper
 
-    from ..ir.opaque import _graph_reads, implicit_inputs
+    from ..ir.opaque import _graph_reads, implicit_inputs, subgraphs
 
     values = {v: constant(v) for v in implicit_inputs(node)}
     values = {v: c for v, c in values.items() if c is not None}
@@ -357,10 +357,9 @@ def with_constants_inside(node: Any, constant: Any) -> Any:
     copy = onnx.NodeProto()
     copy.CopyFrom(node)
     rename = {v: f"{v}#const" for v in values}
-    for a in copy.attribute:
-        for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
-            for v in _graph_reads(g):
-                if v in values:
-                    g.initializer.append(numpy_helper.from_array(values[v], rename[v]))
+    for g in subgraphs(copy):
+        for v in _graph_reads(g):
+            if v in values:
+                g.initializer.append(numpy_helper.from_array(values[v], rename[v]))
     fold._rename_subgraphs(copy, rename)
     return copy

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..ir.opaque import subgraphs
+
 FOLD_MAX = 1 << 16        # elements: larger inputs/outputs are left to the graph
 _ROUNDS = 12
 _NEVER = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -367,17 +369,15 @@ def _inline_ifs(model: Any, at: list[tuple[int, Any]], env: Mapping[str, np.ndar
 
 def _rename_subgraphs(node: Any, rename: Mapping[str, str]) -> None:
     """Outer-scope references inside `node`'s subgraphs follow `rename`."""
-    for a in node.attribute:
-        graphs = [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []
-        for g in graphs:
-            local = {i.name for i in g.input} | {t.name for t in g.initializer}
-            local |= {o for n in g.node for o in n.output}
-            inner = {k: v for k, v in rename.items() if k not in local}
-            for n in g.node:
-                for k, v in enumerate(n.input):
-                    if v in inner:
-                        n.input[k] = inner[v]
-                _rename_subgraphs(n, inner)
+    for g in subgraphs(node):
+        local = {i.name for i in g.input} | {t.name for t in g.initializer}
+        local |= {o for n in g.node for o in n.output}
+        inner = {k: v for k, v in rename.items() if k not in local}
+        for n in g.node:
+            for k, v in enumerate(n.input):
+                if v in inner:
+                    n.input[k] = inner[v]
+            _rename_subgraphs(n, inner)
             for o in g.output:
                 if o.name in inner:
                     o.name = inner[o.name]
