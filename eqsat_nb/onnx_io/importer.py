@@ -399,10 +399,8 @@ class _Importer:
 
     def empty_const(self, v: str) -> np.ndarray | None:
         """The value of `v` if it is a zero-size constant (which the IR cannot hold)."""
-        c = self.consts.get(v)
-        if c is None or v in self.defined or v in self.meta_weight_inputs or c.value.size:
-            return None
-        return c.value
+        value = self.outer_const(v)
+        return value if value is not None and not value.size else None
 
     # ------------------------------------------------------------------ patterns
     def single_use(self, v: str) -> bool:
