@@ -92,8 +92,9 @@ def test_the_cli_writes_the_model_and_says_which_size(tmp_path, capsys):
                  "-q", "--measure-time", "2"]) == 0
     printed = capsys.readouterr().out
     assert "symbolic dims analysed at batch=1, samples=16" in printed
-    assert json.loads((tmp_path / "r.json").read_text())["symbolic_sizes"].startswith(
-        "symbolic dims analysed at")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["symbolic_sizes"].startswith("symbolic dims analysed at")
+    assert report["analysed_shapes"] == {"input": [1, 16]}     # what onnx_table measures at
     written = onnx.load(out)
     onnx.checker.check_model(written, full_check=True)
     for samples in (16, 100):            # the symbols kept: any length the model takes

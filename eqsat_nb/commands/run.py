@@ -243,7 +243,9 @@ def run_command(args: argparse.Namespace) -> int:
     if dropped:
         report["rules_not_used"] = dropped
     if imp is not None and imp.size_note:
+        from .onnx_out import import_shapes
         report["symbolic_sizes"] = imp.size_note
+        report["analysed_shapes"] = {k: list(v) for k, v in import_shapes(imp).items()}
     if args.onnx and imp is not None:
         from .onnx_out import write_onnx_result
         if args.measure is None:

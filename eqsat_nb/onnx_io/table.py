@@ -95,18 +95,11 @@ def table_row(path: Path, run_args: Sequence[str], budget_s: float = 6.0) -> Row
         row = Row(path.name, "ok", exporter, opset, r["ops_before"], r["ops_after"],
                   r["speedup_pct"], r["onnx_output"]["written"],
                   guard_pct=r["onnx_output"].get("measured_speedup_pct"))
-        shapes = _analysis_shapes(path) if r.get("symbolic_sizes") else None
+        shapes = {k: tuple(v) for k, v in r["analysed_shapes"].items()} \
+            if r.get("analysed_shapes") else None     # where 1 was degenerate (symbolic.py)
         row.measured = measured_ratio(before, after, budget_s, shapes)
         row.onnxslim = onnxslim_ratio(before, budget_s, shapes)
         return row
-
-
-def _analysis_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """The input shapes `run` analysed the model at (where 1 was degenerate, symbolic.py)."""
-    from ..commands.onnx_out import import_shapes
-    from .read import read_onnx
-
-    return import_shapes(read_onnx(path))
 
 
 def markdown(rows: Sequence[Row]) -> str:
