@@ -1,6 +1,6 @@
 """The one CSR helper the extraction kernels share: reversing an adjacency (who points at whom),
-which simplify.py needs for a class's users and decompose.py for the dominator tree's
-predecessors."""
+which simplify.py needs for a class's users and decompose.py for the class graph's predecessors
+and the dominator tree's children."""
 from __future__ import annotations
 
 import numpy as np

@@ -118,7 +118,7 @@ def _layer_of(node_class, child_start, child_class, class_start, class_nodes, ro
     # dominator tree: preorder intervals [pre, last]
     tree = po >= 0
     tree[R] = False
-    kstart, kids = reverse_csr(np.arange(n + 1), idom, tree, n)
+    kstart, kids = reverse_csr(np.arange(n + 1), idom, tree, n)   # each vertex lists its idom
     pre = np.full(n, -1, np.int64)
     last = np.full(n, -1, np.int64)
     order = np.empty(cnt, np.int64)
