@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -229,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. Every failure ends in a one-paragraph message on stderr and an exit code
     (README "Exit codes"), never a Python traceback (EQSAT_NB_TRACEBACK=1 shows the traceback of
     an internal error)."""
+    _watch_ctrl_c()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -264,8 +266,29 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+_CTRL_C = [False]       # set by the SIGINT handler _watch_ctrl_c installs
+
+
+def _watch_ctrl_c() -> None:
+    """Python's own Ctrl-C handler, which also notes that Ctrl-C came: C code that swallows the
+    KeyboardInterrupt it raises can turn it into another error (NumPy comparing structured
+    arrays reports "Cannot compare structured arrays"), which is then still an interruption.
+    Left alone where SIGINT is ignored or handled by someone else."""
+    def note(signum: int, frame: object) -> None:
+        _CTRL_C[0] = True
+        signal.default_int_handler(signum, frame)
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, note)
+    except ValueError:          # not the main thread: leave it
+        pass
+
+
 def _interrupted(e: BaseException) -> bool:
-    """Was this exception raised on the way out of a KeyboardInterrupt?"""
+    """Was this exception raised on the way out of a KeyboardInterrupt (or while Ctrl-C was
+    being handled)?"""
+    if _CTRL_C[0]:
+        return True
     seen = set()
     while e is not None and id(e) not in seen:
         if isinstance(e, KeyboardInterrupt):
