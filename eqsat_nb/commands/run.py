@@ -91,7 +91,7 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
                         "only --ilp-time-limit stops it)")
     e.add_argument("--ilp-gap", type=float, default=None, metavar="PERCENT",
                    help="stop the ILP once its answer is proven within PERCENT of the optimum "
-                        "(HiGHS's bound) and has not improved for 4 s (status 'within_gap', "
+                        "(HiGHS's bound) and has not improved for 0.5 s (status 'within_gap', "
                         "with its gap; default 2; 0: prove optimality or reach "
                         "--ilp-time-limit)")
     e.add_argument("--cost", default="analytic", choices=("analytic", "ort", "trt", "torch"),

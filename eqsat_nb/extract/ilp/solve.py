@@ -34,6 +34,7 @@ from .stop import _Progress
 RESTRICT = (4,)                 # candidates per class in the restricted primal phases
 RESTRICT_SHARE = 0.25           # of the time left, at most, for each restricted phase
 RESTRICT_MAX_FRACTION = 0.7     # a restricted model this close to the full one is skipped
+RESTRICT_MIN_NODES = 10_000     # a model with fewer candidates goes straight to the full solve
 
 
 class _Incumbent:
@@ -103,7 +104,7 @@ def _solve(P: dict, opts: dict) -> dict:
     stall, stop_gap = float(opts.get("stall", 0.0)), float(opts.get("stop_gap", 0.0))
     full_nodes = sum(len(x) for x in pre["cand"])
     cut_sets: set[frozenset] = set()            # cycles cut in a phase: cut in the full model too
-    for k in opts.get("restrict", RESTRICT):
+    for k in opts.get("restrict", RESTRICT if full_nodes >= RESTRICT_MIN_NODES else ()):
         left = deadline - time.perf_counter()
         if left <= 0:
             break
@@ -248,7 +249,7 @@ def _solve_layers(P: dict, opts: dict) -> dict:
               for part in parts]
     for sweep in range(2):          # a second sweep gives the time left to unfinished layers
         todo = [j for j, part in enumerate(parts) if weight[j] and (
-            results[j] is None or not results[j]["optimal"])]
+            results[j] is None or results[j]["status"] not in ("optimal", "within_gap"))]
         if sweep and (not todo or deadline - time.perf_counter() < 0.5):
             break
         for j in todo:
