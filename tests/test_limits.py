@@ -271,21 +271,37 @@ def _whole(ref, got, rtol=check_outputs.RTOL, atol_rel=check_outputs.ATOL_REL):
     return float(err.max()) if err.size else 0.0, scale, worst
 
 
-def test_random_tensors_do_not_depend_on_the_chunking(monkeypatch):
+def test_random_tensors_are_the_stream_and_do_not_depend_on_the_chunking(monkeypatch):
     ty = TensorType((300, 70), "f32")
     whole = {(n, p, d): interp.random_tensor(n, ty, 3, d, p)
              for n in ("@w", "%x") for p in (False, True) for d in (np.float32, np.float64)}
-    u = np.random.default_rng([3, __import__("zlib").crc32(b"@w")]).random(ty.shape, np.float32)
+    u = _splitmix_uniform((3 << 32) | __import__("zlib").crc32(b"@w"), 300 * 70).reshape(ty.shape)
     expected = (u - np.float32(0.5)) * np.float32(2 * np.sqrt(3) / np.sqrt(70))
     np.testing.assert_array_equal(whole[("@w", False, np.float32)], expected)
     np.testing.assert_array_equal(whole[("@w", True, np.float32)], u + np.float32(0.5))
+    assert abs(float(u.mean()) - 0.5) < 0.01 and abs(float(u.var()) - 1 / 12) < 0.005
     for (n, p, d), arr in whole.items():       # float64 runs see the float32 numbers
         assert arr.dtype == d
         np.testing.assert_array_equal(arr, whole[(n, p, np.float32)])
-    for chunk in (1000, 999):       # an odd chunk leaves half a 64-bit draw for the next one
+    for chunk in (1000, 999):       # float16 goes through a float32 buffer a chunk at a time
         monkeypatch.setattr(interp, "RANDOM_CHUNK", chunk)
-        for (n, p, d), arr in whole.items():
-            np.testing.assert_array_equal(interp.random_tensor(n, ty, 3, d, p), arr)
+        for n in ("@w", "%x"):
+            np.testing.assert_array_equal(interp.random_tensor(n, ty, 3, np.float16),
+                                          whole[(n, False, np.float32)].astype(np.float16))
+
+
+def _splitmix_uniform(key: int, n: int) -> np.ndarray:
+    """random_fill's stream written out in Python integers: number i is the top 24 bits of
+    splitmix64's finaliser at mix(key) + i * golden, as a float32 in [0, 1)."""
+    m = (1 << 64) - 1
+
+    def mix(x: int) -> int:
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+        return x ^ (x >> 31)
+    seed = mix(key)
+    return np.array([mix((seed + i * 0x9E3779B97F4A7C15) & m) >> 40 for i in range(n)],
+                    np.float32) * np.float32(2.0 ** -24)
 
 
 def test_huge_dimensions_are_located_errors_in_check_and_run(tmp_path, capsys):

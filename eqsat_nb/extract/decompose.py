@@ -21,8 +21,8 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from ..hash64 import mix64 as _mix
 from ..kernels import kernel
 from .csr import reverse_csr
 from .problem import ExtractionProblem, from_arrays
@@ -242,14 +242,6 @@ def _layer_problem(problem: ExtractionProblem, cls: np.ndarray, leaves: np.ndarr
                                         -1),
                       class_ids=problem.class_ids[class_map])
     return Layer(sub, class_map, node_map)
-
-
-@njit(cache=True, inline="always")
-def _mix(x):
-    """splitmix64's finaliser: a well-spread 64-bit hash of x."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
 
 
 @kernel("Tuple((u8[::1], u8[::1],))(i4[::1], f8[::1], i4[::1], i4[::1], i4[::1], i4[::1], i8, "

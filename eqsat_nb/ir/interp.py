@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import TirError
 from .graph import Graph, Node, TensorType
+from .random_fill import fill_uniform
 from .ops import OPS
 
 Array = np.ndarray
@@ -60,7 +61,7 @@ def eval_node(node: Node, args: list[Array]) -> tuple[Array, ...]:
 _EXACT_NP = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 
-RANDOM_CHUNK = 1 << 20     # elements drawn at a time by random_tensor
+RANDOM_CHUNK = 1 << 20     # elements drawn at a time by random_tensor for other than f32/f64
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -74,34 +75,35 @@ def random_tensor(name: str, ty: TensorType, seed: int = 0, dtype: Any = np.floa
     so deep graphs stay in range; `positive` draws from [0.5, 1.5) (batchnorm variances); integer
     and bool tensors are uniform in [0, 4) / [0, 2).
 
-    Uniform float32 draws cost a fifth of a normal's (1.9 vs 8.6 ns an element here; ViT-Huge
-    has 632 M weights) and tell functions apart as well. They are drawn and scaled in float32
-    whatever `dtype` is, so a float64 run sees the same numbers as a float32 one."""
-    rng = _rng(seed, name)
+    Floats come from a counter-based stream keyed by (seed, name) (random_fill.py: 0.5 ns a
+    number here, NumPy's uniform float32 1.9 ns and its normal 8.6; ViT-Huge has 632 M weights),
+    filled in place with no second full-size array; uniform draws tell functions apart as well
+    as normal ones. They are drawn and scaled in float32 whatever `dtype` is, so a float64 run
+    sees the same numbers as a float32 one."""
     if ty.dtype in _EXACT:       # integer and bool tensors: small non-negative values
-        return rng.integers(0, 2 if ty.dtype == "bool" else 4, ty.shape).astype(
+        return _rng(seed, name).integers(0, 2 if ty.dtype == "bool" else 4, ty.shape).astype(
             _EXACT_NP[ty.dtype])
-    scale = None
-    if not positive:        # uniform on [-sqrt 3, sqrt 3): mean 0, variance 1 (/ fan_in)
+    if positive:
+        offset, scale = 0.5, 1.0
+    else:                   # uniform on [-sqrt 3, sqrt 3): mean 0, variance 1 (/ fan_in)
         fan_in = prod(ty.shape[1:]) if name.startswith("@") and len(ty.shape) >= 2 else 1
-        scale = np.float32(2 * sqrt(3.0) / sqrt(max(fan_in, 1)))
-    # drawn a chunk at a time: the same numbers as one draw of the whole shape (the generator's
-    # stream does not depend on the chunking), without a second full-size array
+        offset, scale = -0.5, float(np.float32(2 * sqrt(3.0) / sqrt(max(fan_in, 1))))
+    key = _stream_key(seed, name)
     out = np.empty(prod(ty.shape), dtype=dtype)
-    direct = out.dtype == np.float32
-    buf = None if direct else np.empty(min(RANDOM_CHUNK, out.size), dtype=np.float32)
-    for start in range(0, out.size, RANDOM_CHUNK):
-        n = min(RANDOM_CHUNK, out.size - start)
-        x = out[start:start + n] if direct else buf[:n]
-        rng.random(dtype=np.float32, out=x)
-        if scale is None:
-            x += np.float32(0.5)
-        else:
-            x -= np.float32(0.5)
-            x *= scale
-        if not direct:
-            out[start:start + n] = x
+    if out.dtype in (np.float32, np.float64):
+        fill_uniform(out, key, 0, offset, scale)
+    else:                   # another float type: through a float32 buffer, a chunk at a time
+        buf = np.empty(min(RANDOM_CHUNK, out.size), np.float32)
+        for start in range(0, out.size, RANDOM_CHUNK):
+            n = min(RANDOM_CHUNK, out.size - start)
+            fill_uniform(buf[:n], key, start, offset, scale)
+            out[start:start + n] = buf[:n]
     return out.reshape(ty.shape)
+
+
+def _stream_key(seed: int, name: str) -> int:
+    """The random stream of `name` under `seed` (a non-negative int64)."""
+    return ((int(seed) & 0x7FFFFFFF) << 32) | zlib.crc32(name.encode())
 
 
 def positive_weights(graph: Graph) -> set[str]:
