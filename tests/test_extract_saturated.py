@@ -141,3 +141,29 @@ def test_joint_switch_takes_a_merge_no_single_switch_can():
         assert out[1] == 2 and out[2] == 4
     # never worse, and an already optimal selection is kept
     assert np.array_equal(joint_switch(p, out), out)
+
+
+def test_joint_switch_takes_a_merge_of_merges_in_two_levels():
+    """Q, K, V = single matmuls (1 each) | projections: Q, K of the two-way merge QK (a matmul
+    of 2.05, more than Q and K apart), QK and V of the three-way merge M3 (2.5). No one-level
+    move pays (Q, K to QK: 3.05; V alone to M3: 4.5); the two-level move (Q, K to QK, then QK
+    and V to M3) costs 2.5 against 3."""
+    from eqsat_nb.extract.problem import from_arrays
+    from eqsat_nb.extract.switch import joint_switch
+    # classes: 0 x, 1 Q, 2 K, 3 V, 4 QK, 5 split(QK), 6 M3, 7 split(M3), 8 R = f(Q, K, V)
+    nodes = [(0, 0, []),                            # 0 x
+             (1, 1, [0]), (1, 0, [5]),              # 1 Q: mm | proj0(S2)
+             (2, 1, [0]), (2, 0, [5]),              # 3 K: mm | proj1(S2)
+             (3, 1, [0]), (3, 0, [7]),              # 5 V: mm | proj1(S3)
+             (4, 2.05, [0]), (4, 0, [7]),           # 7 QK: mm2 | proj0(S3)
+             (5, 0, [4]),                           # 9 S2 = split(QK)
+             (6, 2.5, [0]),                         # 10 M3: mm3
+             (7, 0, [6]),                           # 11 S3 = split(M3)
+             (8, 0, [1, 2, 3])]                     # 12 R
+    p = from_arrays(9, [c for c, _, _ in nodes], [w for _, w, _ in nodes],
+                    [k for _, _, k in nodes], [8])
+    singles = np.array([0, 1, 3, 5, -1, -1, -1, -1, 12])
+    assert is_valid(p, singles) and dag_cost(p, singles) == 3.0
+    out = joint_switch(p, singles)
+    assert is_valid(p, out) and dag_cost(p, out) == 2.5
+    assert out[1] == 2 and out[2] == 4 and out[3] == 6 and out[4] == 8
