@@ -167,9 +167,10 @@ def test_continuing_past_zero_value_decisions_reaches_the_node_limit_and_is_no_w
     """On NASRNN (a100) the first decisions pay and then runs of them have value 0 in the
     rollouts; going on to the node limit gives the final ILP an e-graph that contains the stopped
     run's one. (Node limit 900: with issue 19's a100 profile, at 700 the continuing run reached
-    the limit exactly where patience 1 stops.)"""
+    the limit exactly where patience 1 stops; with the two-level joint-switch of 3f00a73, seed 2
+    did so at 900: seed 5.)"""
     model = AnalyticCostModel("a100")
-    kw = dict(budget=4, node_limit=900, final_extract="ilp", seed=2)
+    kw = dict(budget=4, node_limit=900, final_extract="ilp", seed=5)
     # TASO's rules, which the seed and limits were chosen for (rules/transformer.rules' actions
     # never apply on NasRNN's 2-D matmuls but change the random rollouts)
     rules = [r for r in rules if not (r.file or "").endswith("transformer.rules")]
