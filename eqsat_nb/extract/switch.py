@@ -133,14 +133,7 @@ def _switch(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarr
         improved = False
         n_moves = 0
         for g in range(g_start.size - 1):        # group moves
-            moved = False
-            for j in range(g_start[g], g_start[g + 1]):
-                nd = g_nodes[j]
-                c = node_class[nd]
-                if reach[c] and cur[c] != nd:
-                    trial[c] = nd
-                    moved = True
-            if not moved:
+            if not _apply_group(trial, cur, reach, node_class, g_start, g_nodes, g):
                 continue
             cost, st, state = _walk(node_class, node_cost, child_start, child_class, roots,
                                     trial, n_classes)
@@ -153,31 +146,17 @@ def _switch(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarr
                 delta[n_moves] = cost - best
                 moves[n_moves] = g
                 n_moves += 1
-            for j in range(g_start[g], g_start[g + 1]):
-                c = node_class[g_nodes[j]]
-                trial[c] = cur[c]
+            _undo_group(trial, cur, node_class, g_start, g_nodes, g)
         if deep:    # two levels, the one-level moves that cost least first, within the budget
             for t in np.argsort(delta[:n_moves]):
                 if budget[0] <= 0:
                     break
                 g = moves[t]
-                moved = False
-                for j in range(g_start[g], g_start[g + 1]):
-                    nd = g_nodes[j]
-                    c = node_class[nd]
-                    if reach[c] and cur[c] != nd:
-                        trial[c] = nd
-                        moved = True
-                if not moved:
+                if not _apply_group(trial, cur, reach, node_class, g_start, g_nodes, g):
                     continue
-                budget[0] -= 1
-                cost, st, state = _walk(node_class, node_cost, child_start, child_class, roots,
-                                        trial, n_classes)
-                if st == 0 and cost < best - EPS:
-                    for q in range(cur.size):
-                        cur[q] = trial[q]
-                    best, reach, improved = cost, state == 2, True
-                    continue
+                budget[0] -= 1      # (a move that pays since an earlier one here: next round)
+                _, st, state = _walk(node_class, node_cost, child_start, child_class, roots,
+                                     trial, n_classes)
                 if st == 0:
                     cost2, trial2, state2 = _second_level(
                         node_class, node_cost, child_start, child_class, roots, n_classes, trial,
@@ -188,9 +167,7 @@ def _switch(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarr
                             trial[q] = trial2[q]
                         best, reach, improved = cost2, state2 == 2, True
                         continue
-                for j in range(g_start[g], g_start[g + 1]):
-                    c = node_class[g_nodes[j]]
-                    trial[c] = cur[c]
+                _undo_group(trial, cur, node_class, g_start, g_nodes, g)
         for c in np.flatnonzero(reach):          # single moves (over the classes reachable now)
             for p in range(class_start[c], class_start[c + 1]):
                 i = class_nodes[p]
@@ -219,6 +196,28 @@ def _switch(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarr
         else:
             deep = False
     return best, reach
+
+
+@njit(cache=True, inline="always")
+def _apply_group(trial, cur, reach, node_class, g_start, g_nodes, g):
+    """Group g's move in `trial`: each reachable class of the group not using it yet switches to
+    its candidate there; whether any did."""
+    moved = False
+    for j in range(g_start[g], g_start[g + 1]):
+        nd = g_nodes[j]
+        c = node_class[nd]
+        if reach[c] and cur[c] != nd:
+            trial[c] = nd
+            moved = True
+    return moved
+
+
+@njit(cache=True, inline="always")
+def _undo_group(trial, cur, node_class, g_start, g_nodes, g):
+    """Group g's classes back to `cur`'s choice in `trial`."""
+    for j in range(g_start[g], g_start[g + 1]):
+        c = node_class[g_nodes[j]]
+        trial[c] = cur[c]
 
 
 @njit(cache=True)
