@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from ..kernels import kernel
+from .csr import reverse_csr
 from .dag import _walk, is_valid
 from .greedy import tree_costs
 from .problem import ExtractionProblem
@@ -77,18 +78,6 @@ def _groups(problem: ExtractionProblem) -> tuple[np.ndarray, np.ndarray]:
     return start, owner[idx]
 
 
-def _class_groups(problem: ExtractionProblem, g_start: np.ndarray, g_nodes: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Per class, the groups one of its candidates is in (CSR)."""
-    sizes = np.diff(g_start)
-    group = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
-    cls = problem.node_class.astype(np.int64)[g_nodes]
-    order = np.argsort(cls, kind="stable")
-    start = np.zeros(problem.n_classes + 1, np.int64)
-    np.cumsum(np.bincount(cls, minlength=problem.n_classes), out=start[1:])
-    return start, group[order]
-
-
 def joint_switch(problem: ExtractionProblem, choice: np.ndarray, max_rounds: int = 100
                  ) -> np.ndarray:
     """An improved copy of the valid selection `choice` (never worse, always valid); an invalid
@@ -101,31 +90,32 @@ def joint_switch(problem: ExtractionProblem, choice: np.ndarray, max_rounds: int
                             problem.child_class, C)
     cur = np.where(choice >= 0, choice, fill).astype(np.int64)
     g_start, g_nodes = _groups(problem)
-    of_start, of_groups = _class_groups(problem, g_start, g_nodes)
     best, reach = _switch(problem.node_class, problem.node_cost, problem.child_start,
                           problem.child_class, problem.roots, problem.class_start,
                           problem.class_nodes, C, cur, tree <= 0.0, g_start, g_nodes,
-                          of_start, of_groups, max_rounds,
-                          max(100, min(DEEP_WALKS, DEEP_WORK // max(C, 1))))
+                          max_rounds, max(100, min(DEEP_WALKS, DEEP_WORK // max(C, 1))))
     out = np.where(reach, cur, -1)
     return out if best < _cost(problem, choice) - EPS else choice
 
 
 @kernel(
     "Tuple((f8, b1[::1],))(i4[::1], f8[::1], i4[::1], i4[::1], i4[::1], i4[::1], "
-    "i4[::1], i8, i8[::1], b1[::1], i8[::1], i8[::1], i8[::1], i8[::1], i8, i8)")
+    "i4[::1], i8, i8[::1], b1[::1], i8[::1], i8[::1], i8, i8)")
 def _switch(node_class: np.ndarray, node_cost: np.ndarray, child_start: np.ndarray,
             child_class: np.ndarray, roots: np.ndarray, class_start: np.ndarray,
             class_nodes: np.ndarray, n_classes: int, cur: np.ndarray, free: np.ndarray,
-            g_start: np.ndarray, g_nodes: np.ndarray, of_start: np.ndarray,
-            of_groups: np.ndarray, max_rounds: int, deep_walks: int):
+            g_start: np.ndarray, g_nodes: np.ndarray, max_rounds: int, deep_walks: int):
     """The move rounds on `cur` in place: (its DAG cost, its reachable mask). `free`: classes of
-    zero tree cost (always available); groups in CSR form (`g_start`, `g_nodes`)."""
+    zero tree cost (always available); groups in CSR form (`g_start`, `g_nodes`); at most
+    `deep_walks` walks for the two-level moves of a deep round."""
     best, status, state = _walk(node_class, node_cost, child_start, child_class, roots, cur,
                                 n_classes)
     reach = state == 2
     trial = cur.copy()
     budget = np.full(1, deep_walks, np.int64)
+    # per class, the groups one of its candidates is in
+    of_start, of_groups = reverse_csr(g_start, node_class[g_nodes],
+                                      np.ones(g_start.size - 1, np.bool_), n_classes)
     deep = False            # two-level group moves: only once one-level rounds find nothing
     delta = np.empty(g_start.size, np.float64)      # a deep round's one-level moves: their
     moves = np.empty(g_start.size, np.int64)        # cost rise, and their group
@@ -231,6 +221,7 @@ def _second_level(node_class, node_cost, child_start, child_class, roots, n_clas
     out = trial.copy()
     out_state = state
     t2 = trial.copy()
+    reached = state == 2
     tried = set()
     tried.add(g)
     # the classes the move newly reaches: below its switched nodes, down to reached ones
@@ -265,13 +256,7 @@ def _second_level(node_class, node_cost, child_start, child_class, roots, n_clas
                     break
             if not old:
                 continue
-            moved = False
-            for j in range(g_start[g2], g_start[g2 + 1]):
-                nd = g_nodes[j]
-                d = node_class[nd]
-                if state[d] == 2 and t2[d] != nd:
-                    t2[d] = nd
-                    moved = True
+            moved = _apply_group(t2, trial, reached, node_class, g_start, g_nodes, g2)
             if moved and budget[0] > 0:
                 budget[0] -= 1
                 cost, st, st2 = _walk(node_class, node_cost, child_start, child_class, roots, t2,
@@ -280,9 +265,7 @@ def _second_level(node_class, node_cost, child_start, child_class, roots, n_clas
                     best2, out_state = cost, st2
                     for q in range(t2.size):
                         out[q] = t2[q]
-                for j in range(g_start[g2], g_start[g2 + 1]):
-                    d = node_class[g_nodes[j]]
-                    t2[d] = trial[d]
+            _undo_group(t2, trial, node_class, g_start, g_nodes, g2)
     return best2, out, out_state
 
 
