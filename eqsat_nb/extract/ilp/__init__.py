@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .selection import _knuth_greedy, _trimmed, _valid_cost
-from .solve import RESTRICT, _solve, run_checked
+from .solve import _solve, run_checked
 from .stop import GAP_PERCENT, GAP_WAIT, STALL_SECONDS
 from . import worker
 from .worker import _run_subprocess
