@@ -34,7 +34,7 @@ from .search.limits import Budget
 from .search.saturate import Iteration, Limits, saturate
 
 SEARCHES = ("saturate", "mcts")
-EXTRACTORS = ("greedy", "ocf", "ilp")
+EXTRACTORS = ("greedy", "ocf", "ocf+switch", "ilp")
 ILP_MIN_SECONDS = 1.5       # below this the ILP worker cannot start, presolve and solve
 ILP_OVERHEAD_SECONDS = 1.0  # worker start-up and result handling outside HiGHS's own time limit
 
@@ -164,6 +164,8 @@ def _extract(problem, options: Options) -> tuple[np.ndarray, str]:
     from .extract.ilp import extract_ilp
     from .extract.switch import joint_switch
     warm = joint_switch(problem, ocf)
+    if options.extract == "ocf+switch":
+        return warm, "ocf+switch"
     warm_cost = dag_cost(problem, warm)
     seconds, kill_margin = options.ilp_time_limit, 10.0
     if options.budget is not None:          # the ILP gets what is left, worker start-up included

@@ -233,7 +233,8 @@ def test_the_built_module_is_in_use_when_expected():
 
 def test_compiled_and_jitted_kernels_write_the_same_graph(tmp_path):
     """`run` with the compiled module and with EQSAT_NB_JIT=1 (its own Numba cache) give the
-    same file, e-graph and cost."""
+    same file, e-graph and cost. The extractor is ocf+switch (kernels only): the ILP's answer
+    under a time limit depends on the machine's speed (CI saw 353.0 against 356.4 us)."""
     import json
     if K.compiled_module() is None:
         pytest.skip(f"no compiled kernels: {K.aot_status()}")
@@ -246,7 +247,7 @@ def test_compiled_and_jitted_kernels_write_the_same_graph(tmp_path):
         out, rep = tmp_path / f"{mode}.tir", tmp_path / f"{mode}.json"
         done = subprocess.run([sys.executable, "-m", "eqsat_nb", "run",
                                str(EXAMPLES / "nasrnn.tir"), "--device", "a100", "-q",
-                               "--ilp-time-limit", "2", "-o", str(out), "--report", str(rep)],
+                               "--extract", "ocf+switch", "-o", str(out), "--report", str(rep)],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         report = json.loads(rep.read_text())

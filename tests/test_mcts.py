@@ -147,8 +147,8 @@ def test_saturated_search_stops(cpu):
     anyway; after it every action rebuilds what is there, so the search is saturated."""
     eg = graph_to_egraph(_toy())
     rep = mcts_optimize(eg, parse_rules(TOY_RULES, "<toy>"), cpu,
-                        MctsOptions(budget=16, final_extract="ocf"))
-    assert rep.stop_reason == "saturated"
+                        MctsOptions(budget=16, final_extract="ocf+switch"))
+    assert rep.stop_reason == "saturated" and rep.extraction == "ocf+switch"
     assert [d.action for d in rep.decisions] == ["assoc_l"]
     assert rep.decisions[0].mean_value == 0.0
     assert rep.cost_after == pytest.approx(rep.cost_before)   # nothing here is cheaper

@@ -133,6 +133,18 @@ def test_optimize_gpu_profile_merges_nasrnn_matmuls(rules):
     assert verify_graphs(graph, result.optimized).ok
 
 
+def test_ocf_switch_extractor_is_ocf_improved_and_repeatable(rules):
+    """`--extract ocf+switch`: no solver, so the same graph every time; never dearer than ocf."""
+    graph = load(EXAMPLES / "nasrnn.tir")
+    cost = AnalyticCostModel("a100")
+    ocf = optimize(graph, cost, rules, Options(extract="ocf"))
+    first, again = (optimize(graph, cost, rules, Options(extract="ocf+switch")) for _ in "12")
+    assert first.extraction == "ocf+switch"
+    assert first.cost_after <= ocf.cost_after
+    assert first.optimized == again.optimized and first.cost_after == again.cost_after
+    assert verify_graphs(graph, first.optimized).ok
+
+
 def test_compare_tolerance():
     ref = np.array([1000.0, 1e-6, -3.0])
     ok = compare([ref], [ref + np.array([0.05, 0.005, 0.0])], ["y"])[0]

@@ -77,8 +77,10 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
     s.add_argument("--c-uct", type=float, default=None, help="MCTS exploration constant")
     s.add_argument("--workers", type=int, default=1, help="MCTS root-parallel processes")
     e = c.add_argument_group("extraction and costs")
-    e.add_argument("--extract", choices=("greedy", "ocf", "ilp"), default="ilp",
-                   help="ilp (default; exact, with a time limit and ocf as fallback), ocf, greedy")
+    e.add_argument("--extract", choices=("greedy", "ocf", "ocf+switch", "ilp"), default="ilp",
+                   help="ilp (default; exact, with a time limit, warm-started from ocf+switch, "
+                        "its fallback), ocf+switch (ocf, then the joint-switch pass: no solver, "
+                        "the same answer on every machine), ocf, greedy")
     e.add_argument("--ilp-time-limit", type=float, default=10.0,
                    help="seconds (default 10: on the benchmark e-graphs, up to 34 000 nodes, "
                         "the answer it keeps comes within 5 s; longer proves the bound)")
@@ -117,7 +119,7 @@ def options_from_args(args: argparse.Namespace):
         from ..search.mcts import MctsOptions
         fields = dict(seed=args.seed, budget=args.budget, depth=args.depth,
                       node_limit=args.node_limit or 2000, workers=args.workers,
-                      final_extract="ilp" if args.extract == "ilp" else "ocf")
+                      final_extract=args.extract if args.extract != "greedy" else "ocf")
         if args.c_uct is not None:
             fields["c_uct"] = args.c_uct
         mcts = MctsOptions(**fields)

@@ -65,7 +65,7 @@ from .limits import work_clock
 from .mcts_tree import Context, Node, State, masked_costs
 from .mcts_workers import Executor, InlineExecutor, Job, ProcessExecutor, _seed
 from .saturate import compile_rules
-FINAL_EXTRACTORS = ("ilp", "ocf")
+FINAL_EXTRACTORS = ("ilp", "ocf+switch", "ocf")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class MctsOptions:
     c_uct: float = 0.05          # rewards are fractions of the original cost (0.05 = 5 %)
     stop_prob: float = 0.5       # selection stops at a node with this probability
     workers: int = 1
-    final_extract: str = "ilp"   # "ilp" | "ocf": what `MctsReport.cost_after` is measured with
+    final_extract: str = "ilp"   # "ilp" | "ocf+switch" | "ocf": what `MctsReport.cost_after` is measured with
     ilp_time_limit: float = 60.0
     # the rollouts' extractor: "ocf" (the paper's) or "ocf+switch", whose joint-switch pass sees
     # merges (enlarge/concat + one kernel + split) that pay only when all consumers switch.
@@ -260,7 +260,11 @@ def mcts_optimize(eg: EGraph, rules: Sequence[Rule], cost_model: CostModel,
     ocf = extract(problem, "ocf").choice
     ocf_cost = dag_cost(problem, ocf)
     choice, how, cost_after = ocf, "ocf", ocf_cost
-    if options.final_extract == "ilp":
+    if options.final_extract == "ocf+switch":
+        from ..extract.switch import joint_switch
+        choice, how = joint_switch(problem, ocf), "ocf+switch"
+        cost_after = dag_cost(problem, choice)
+    elif options.final_extract == "ilp":
         from ..extract.ilp import extract_ilp
         res = extract_ilp(problem, time_limit=options.ilp_time_limit, warm_start=ocf)
         if res.choice is not None and np.isfinite(res.cost) and res.cost <= ocf_cost:
