@@ -170,6 +170,7 @@ def test_extract_reference(bench, benchmark, warm_jit, name, method):
             res = extract_ilp(problem, time_limit=float(method[3:]), warm_start=choice, **rules)
             found.update(status=res.status, bound=res.bound, ilp_gap_pct=100 * res.gap,
                          seconds=res.seconds, restricted=res.stats.get("restricted"),
+                         neighbourhoods=res.stats.get("neighbourhoods"),
                          layers=res.stats.get("simplify", {}).get("layers"),
                          simplified=[res.stats.get("simplify", {}).get(k)
                                      for k in ("classes", "nodes")])

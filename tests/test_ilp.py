@@ -550,3 +550,60 @@ def test_killed_worker_hands_back_its_last_checked_report(tmp_path, monkeypatch)
     check(p, r)
     assert r.status == "killed" and list(r.choice) == [1, -1, -1] and r.cost == 100.0
     assert r.bound == 0.0
+
+
+def _projections_problem() -> tuple[pb.ExtractionProblem, np.ndarray, float]:
+    """Four projections of one input x, each a matmul of its own (cost 10) or a proj of the
+    split of a merged matmul over two (15) or three (18) of them: the optimum re-partitions the
+    four into a three-way merge and a single (28 + x's 1), which no switch of one merge reaches
+    from four singles (40 + 1). Returns the problem, the four-singles selection and the optimum."""
+    node_class, cost, kids = [0, 6], [1.0, 0.0], [[6], []]    # class 0: x = norm(input)
+    single = []
+    for i in range(4):                                # classes 1-4: P_i = matmul_i(x)
+        single.append(len(node_class))
+        node_class.append(1 + i), cost.append(10.0), kids.append([0])
+    groups = [s for r in (2, 3) for s in itertools.combinations(range(4), r)]
+    c = 7                                             # class 5: the root; 6: the input
+    for s in groups:                                  # M_s = matmul(x); T_s = split(M_s)
+        m, t = c, c + 1
+        c += 2
+        node_class += [m, t]
+        cost += [15.0 if len(s) == 2 else 18.0, 0.0]
+        kids += [[0], [m]]
+        for i in s:                                   # P_i = proj_i(T_s)
+            node_class.append(1 + i), cost.append(0.0), kids.append([t])
+    node_class.append(5), cost.append(0.0), kids.append([1, 2, 3, 4])
+    p = pb.from_arrays(c, node_class, cost, kids, [5])
+    singles = np.full(c, -1, np.int64)
+    singles[[0, 5, 6]] = 0, len(node_class) - 1, 1
+    singles[1:5] = single
+    return p, singles, 29.0
+
+
+def test_neighbourhood_phase_repartitions_the_merges_of_one_input(monkeypatch):
+    """The large-neighbourhood phase frees every class reading x (and the glue below) around
+    the four-singles start and solves that exactly: it alone reaches the optimum, a three-way
+    merge and a single. (The share is lifted: here x's readers are most of the model.)"""
+    from eqsat_nb.extract.ilp import solve
+    monkeypatch.setattr(solve, "NEIGHBOURHOOD_MAX_SHARE", 1.0)
+    p, singles, best = _projections_problem()
+    assert dag.is_valid(p, singles) and dag.dag_cost(p, singles) == 41.0
+    r = extract_ilp(p, time_limit=20, warm_start=singles, in_process=True, neighbourhoods=True)
+    check(p, r)
+    phase = r.stats["neighbourhoods"]
+    assert phase["cost_before"] == 41.0 and phase["cost"] == best and phase["improved"] >= 1
+    assert r.optimal and r.cost == best
+    off = extract_ilp(p, time_limit=20, warm_start=singles, in_process=True, neighbourhoods=False)
+    assert "neighbourhoods" not in off.stats and off.cost == best
+
+
+def test_neighbourhoods_leave_out_groups_of_most_of_the_model():
+    """A class read by more than the share of the model's classes (an attribute every op reads)
+    is no neighbourhood: solving it would be solving the whole model."""
+    from eqsat_nb.extract.ilp.model import _neighbourhoods, _presolve
+    from eqsat_nb.extract.ilp.selection import _arrays
+    p, _, _ = _projections_problem()
+    P = _arrays(p)
+    pre = _presolve(P)
+    assert len(_neighbourhoods(P, pre, 1.0, 4)) >= 1
+    assert _neighbourhoods(P, pre, 0.1, 4) == []

@@ -49,12 +49,14 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
                 rel_gap: float = 0.0, kill_margin: float = 10.0,
                 verbose: bool = False, highs_options: dict[str, Any] | None = None,
                 restrict: tuple[int, ...] | None = None, stall: float = 0.0,
-                stop_gap: float = 0.0) -> IlpResult:
+                stop_gap: float = 0.0, neighbourhoods: bool | None = None) -> IlpResult:
     """Optimal DAG extraction (see the module docstring). `warm_start` (a valid selection, e.g.
     ocf+switch) is the MIP start and the fallback; with `in_process=False` the solve runs in a
     spawned subprocess killed after `time_limit + kill_margin` seconds. `restrict`: candidates
     per class of the restricted primal phases (() for none; None: RESTRICT on a model of at least
-    RESTRICT_MIN_NODES candidates, none on a smaller one); `highs_options`: set on HiGHS;
+    RESTRICT_MIN_NODES candidates, none on a smaller one); `neighbourhoods`: the
+    large-neighbourhood phase (solve._neighbourhood_phase; None: on a model of at least
+    NEIGHBOURHOOD_MIN_NODES candidates); `highs_options`: set on HiGHS;
     `stall`: the stall rule's shortest window in seconds; `stop_gap`: the gap rule's largest
     relative gap (a fraction; 0.02 is 2 %). Both 0, the defaults here: only the time limit (or a
     proof of optimality) stops a solve; `optimize` passes STALL_SECONDS and GAP_PERCENT / 100."""
@@ -77,6 +79,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
                 "warm_start": ws_small, "seed": seed, "acyclic": acyclic,
                 "rel_gap": rel_gap, "verbose": verbose, "highs": dict(highs_options or {}),
                 "restrict": None if restrict is None else tuple(int(k) for k in restrict),
+                "neighbourhoods": neighbourhoods,
                 "stall": float(stall),
                 "stop_gap": float(stop_gap)}
         if not prep.feasible:          # a root has no acyclic derivation

@@ -122,6 +122,55 @@ def _presolve(P: dict) -> dict:
             "comp": comp, "comp_size": sizes, "cyclic": cyclic, "stats": stats}
 
 
+def _neighbourhoods(P: dict, pre: dict, max_share: float, glue_depth: int) -> list[np.ndarray]:
+    """The neighbourhoods of the large-neighbourhood phase, largest first: per model class k
+    read by candidates of at least three model classes (and of at most `max_share` of them,
+    which leaves out attribute literals every op reads), those classes plus the zero-cost
+    classes (proj, split, concat: the glue of a merged op) within `glue_depth` levels below
+    their candidates. Freeing them all at once lets an exact solve re-partition every op that
+    reads k, e.g. the projections of one input into two- and three-way merges, which no move of
+    one or two groups reaches."""
+    kids, cand, cost = pre["kids"], pre["cand"], P["node_cost"]
+    mclasses = np.nonzero(pre["model"])[0]
+    readers: dict[int, list[int]] = {}
+    for c in mclasses:
+        for k in {k for i in cand[c] for k in kids[i]}:
+            readers.setdefault(k, []).append(int(c))
+    glue = np.zeros(pre["model"].size, bool)
+    for c in mclasses:
+        glue[c] = any(cost[i] <= 0.0 for i in cand[c])
+    limit = max_share * mclasses.size
+    out = []
+    for k, group in sorted(readers.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        if not 3 <= len(group) <= limit:
+            continue
+        inside = set(group)
+        front = group
+        for _ in range(glue_depth):
+            nxt = []
+            for c in front:
+                for i in cand[c]:
+                    for j in kids[i]:
+                        if glue[j] and j not in inside:
+                            inside.add(j)
+                            nxt.append(j)
+            front = nxt
+        out.append(np.array(sorted(inside), np.int64))
+    return out
+
+
+def _freed(pre: dict, free: np.ndarray, keep: np.ndarray) -> dict:
+    """`pre` with the classes in `free` keeping all their candidates and every other model
+    class only the one `keep` selects (mapped to its dominator), or none where `keep` has none
+    there: the neighbourhood of `keep` a large-neighbourhood move solves exactly."""
+    keep = _kept(pre, keep)
+    is_free = np.zeros(len(pre["cand"]), bool)
+    is_free[free] = True
+    cand = [cs if is_free[c] or not cs else ([int(keep[c])] if keep[c] in cs else [])
+            for c, cs in enumerate(pre["cand"])]
+    return dict(pre, cand=cand)
+
+
 def _kept(pre: dict, choice: np.ndarray) -> np.ndarray:
     """`choice` with every node presolve dropped as dominated replaced by its dominator (what
     makes a selection of the problem one of the model's; the cost does not rise)."""
