@@ -605,5 +605,5 @@ def test_neighbourhoods_leave_out_groups_of_most_of_the_model():
     p, _, _ = _projections_problem()
     P = _arrays(p)
     pre = _presolve(P)
-    assert len(_neighbourhoods(P, pre, 1.0, 4)) >= 1
-    assert _neighbourhoods(P, pre, 0.1, 4) == []
+    assert len(list(_neighbourhoods(P, pre, 1.0, 4))) >= 1
+    assert list(_neighbourhoods(P, pre, 0.1, 4)) == []

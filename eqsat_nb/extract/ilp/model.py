@@ -29,7 +29,7 @@ the solve's primal phases.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -122,28 +122,33 @@ def _presolve(P: dict) -> dict:
             "comp": comp, "comp_size": sizes, "cyclic": cyclic, "stats": stats}
 
 
-def _neighbourhoods(P: dict, pre: dict, max_share: float, glue_depth: int) -> list[np.ndarray]:
-    """The neighbourhoods of the large-neighbourhood phase, largest first: per model class k
-    read by candidates of at least three model classes (and of at most `max_share` of them,
-    which leaves out attribute literals every op reads), those classes plus the zero-cost
-    classes (proj, split, concat: the glue of a merged op) within `glue_depth` levels below
-    their candidates. Freeing them all at once lets an exact solve re-partition every op that
-    reads k, e.g. the projections of one input into two- and three-way merges, which no move of
-    one or two groups reaches."""
+def _neighbourhoods(P: dict, pre: dict, max_share: float, glue_depth: int
+                    ) -> Iterator[np.ndarray]:
+    """The neighbourhoods of the large-neighbourhood phase, largest first (made as they are
+    asked for: a phase uses a few): per model class k read by candidates of at least three model
+    classes (and of at most `max_share` of them, which leaves out attribute literals every op
+    reads), those classes plus the zero-cost classes (proj, split, concat: the glue of a merged
+    op) within `glue_depth` levels below their candidates. Freeing them all at once lets an
+    exact solve re-partition every op that reads k, e.g. the projections of one input into two-
+    and three-way merges, which no move of one or two groups reaches."""
     kids, cand, cost = pre["kids"], pre["cand"], P["node_cost"]
-    mclasses = np.nonzero(pre["model"])[0]
-    readers: dict[int, list[int]] = {}
-    for c in mclasses:
-        for k in {k for i in cand[c] for k in kids[i]}:
-            readers.setdefault(k, []).append(int(c))
-    glue = np.zeros(pre["model"].size, bool)
-    for c in mclasses:
-        glue[c] = any(cost[i] <= 0.0 for i in cand[c])
-    limit = max_share * mclasses.size
-    out = []
-    for k, group in sorted(readers.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        if not 3 <= len(group) <= limit:
-            continue
+    model = pre["model"]
+    nodes = np.array([i for cs in cand for i in cs], np.int64)
+    if nodes.size == 0:
+        return
+    ncls = P["node_class"][nodes].astype(np.int64)
+    nkids = np.array([len(kids[i]) for i in nodes], np.int64)
+    reader = np.repeat(ncls, nkids)
+    read = np.fromiter((k for i in nodes for k in kids[i]), np.int64, int(nkids.sum()))
+    pairs = np.unique(read * model.size + reader)           # (read class, reader class) once
+    read, reader = pairs // model.size, pairs % model.size
+    first = np.flatnonzero(np.r_[True, read[1:] != read[:-1]]) if read.size else read
+    size = np.diff(np.r_[first, read.size])
+    ok = (size >= 3) & (size <= max_share * int(model.sum()))
+    glue = np.zeros(model.size, bool)
+    glue[ncls[cost[nodes] <= 0.0]] = True
+    for g in sorted(np.flatnonzero(ok), key=lambda g: (-size[g], read[first[g]])):
+        group = reader[first[g]: first[g] + size[g]].tolist()
         inside = set(group)
         front = group
         for _ in range(glue_depth):
@@ -155,8 +160,7 @@ def _neighbourhoods(P: dict, pre: dict, max_share: float, glue_depth: int) -> li
                             inside.add(j)
                             nxt.append(j)
             front = nxt
-        out.append(np.array(sorted(inside), np.int64))
-    return out
+        yield np.array(sorted(inside), np.int64)
 
 
 def _freed(pre: dict, free: np.ndarray, keep: np.ndarray) -> dict:
