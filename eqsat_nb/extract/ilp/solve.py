@@ -11,16 +11,17 @@ and ViT-Large's 2.5 -> 1.9 s, none worse), while the reference e-graphs of 14 70
 candidates (tt_20k, vit_base_20k and _50k) lose 1.4-1.6 % without it: the gap rule then stops the
 full model at the warm start.
 
-Large-neighbourhood phase: on a model of at least NEIGHBOURHOOD_MIN_NODES candidates, then, for
-at most NEIGHBOURHOOD_SECONDS, every class that reads one shared class (with the zero-cost glue
-below) is freed around the incumbent, the rest fixed to it, and that model solved exactly (each
-move at most NEIGHBOURHOOD_MOVE_SECONDS), largest neighbourhood first, until a move finds nothing. On TENSAT's BERT (7 433 candidates) the first
-move re-partitions the twelve projections of the layer input into two- and three-way merges,
-402.44 -> 398.44 (the best known) at 0.6 s, which the full model alone finds after 8.6-9.0 s; on
-the benchmark runs' layers of 6 100-6 600 candidates (TT, ViT-Large) one move costs 0.06-0.07 s
-and finds nothing, on ViT-Base at 71 000 candidates 0.5 s. Smaller models go to the full model at once: there it finds such answers
-within about a second (BERT's run: optimal in 1.4 s), and a move only adds its model's building
-(NasRNN's run: 0.3 s more).
+Large-neighbourhood phase: then, on a model of at least NEIGHBOURHOOD_MIN_NODES candidates and
+for at most NEIGHBOURHOOD_SECONDS, every class that reads one shared class (with the zero-cost
+glue below) is freed around the incumbent, the rest fixed to it, and that model solved exactly
+(each move at most NEIGHBOURHOOD_MOVE_SECONDS), largest neighbourhood first, until a move finds
+nothing. On TENSAT's BERT (7 433 candidates) the first move re-partitions the twelve projections
+of the layer input into two- and three-way merges, 402.44 -> 398.44 (the best known) at 0.6 s,
+which the full model alone finds after 8.6-9.0 s; on the benchmark runs' layers of 6 100-6 600
+candidates (TT, ViT-Large) one move costs 0.06-0.07 s and finds nothing, on ViT-Base at 71 000
+candidates 0.5 s. Smaller models go to the full model at once: it finds such answers within
+about a second there (BERT's run: optimal in 1.4 s), and a move would only add its model's
+building (NasRNN's run: 0.3 s more).
 
 What is reported is checked, not taken from HiGHS's status: every selection is walked (valid,
 acyclic, its DAG cost) before it counts; the solution HiGHS returns must have the objective HiGHS
@@ -203,8 +204,8 @@ def _neighbourhood_phase(P: dict, pre: dict, inc: _Incumbent, opts: dict, end: f
                   bounds=False)
         cut_sets |= ms.seen
         tried += 1
-        if inc.cost >= before:
-            break                   # the next neighbourhood is smaller: it would find less
+        if inc.cost >= before:      # the full model takes over: where the incumbent is good
+            break                   # already, the phase costs one move
         improved += 1
     return {"tried": tried, "improved": improved, "cost_before": start_cost, "cost": inc.cost}
 
