@@ -24,6 +24,7 @@ import numpy as np
 
 from .cost.model import CostModel, graph_cost
 from .egraph.convert import egraph_to_graph, graph_to_egraph
+from .extract import METHODS
 from .extract.dag import dag_cost
 from .extract.ilp import GAP_PERCENT, STALL_SECONDS
 from .extract.problem import egraph_choice, from_egraph
@@ -34,7 +35,7 @@ from .search.limits import Budget
 from .search.saturate import Iteration, Limits, saturate
 
 SEARCHES = ("saturate", "mcts")
-EXTRACTORS = ("greedy", "ocf", "ocf+switch", "ilp")
+EXTRACTORS = METHODS
 ILP_MIN_SECONDS = 1.5       # below this the ILP worker cannot start, presolve and solve
 ILP_OVERHEAD_SECONDS = 1.0  # worker start-up and result handling outside HiGHS's own time limit
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import TirError, VerificationError
+from ..extract import METHODS
 from ..search.limits import Limits
 from .files import check_writable, write_atomic, write_onnx  # noqa: F401 - re-exported
 
@@ -77,7 +78,7 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
     s.add_argument("--c-uct", type=float, default=None, help="MCTS exploration constant")
     s.add_argument("--workers", type=int, default=1, help="MCTS root-parallel processes")
     e = c.add_argument_group("extraction and costs")
-    e.add_argument("--extract", choices=("greedy", "ocf", "ocf+switch", "ilp"), default="ilp",
+    e.add_argument("--extract", choices=METHODS, default="ilp",
                    help="ilp (default; exact, with a time limit, warm-started from ocf+switch, "
                         "its fallback), ocf+switch (ocf, then the joint-switch pass: no solver, "
                         "the same answer on every machine), ocf, greedy")

@@ -79,7 +79,8 @@ class MctsOptions:
     c_uct: float = 0.05          # rewards are fractions of the original cost (0.05 = 5 %)
     stop_prob: float = 0.5       # selection stops at a node with this probability
     workers: int = 1
-    final_extract: str = "ilp"   # "ilp" | "ocf+switch" | "ocf": what `MctsReport.cost_after` is measured with
+    final_extract: str = "ilp"   # "ilp" | "ocf+switch" | "ocf": what `MctsReport.cost_after`
+    #                              is measured with
     ilp_time_limit: float = 60.0
     # the rollouts' extractor: "ocf" (the paper's) or "ocf+switch", whose joint-switch pass sees
     # merges (enlarge/concat + one kernel + split) that pay only when all consumers switch.
