@@ -266,3 +266,107 @@ def test_blas_keeps_its_threads_with_more_cpus_or_a_user_setting(monkeypatch):
     monkeypatch.setattr(check_outputs, "usable_cpus", lambda: 2)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
     assert isinstance(check_outputs.one_blas_thread(), contextlib.nullcontext)
+
+
+# ------------------------------------------------------------ values computed twice, run once
+def _head(twin: str | None = None, act: str = "relu"):
+    """x @ wa, an activation, @ wb, softmax. `twin` computes x @ wa another way whose value is
+    the same to the bit: "reshape" (reshaped there and back), "split" (the left half of x @ wa
+    joined with a second weight; NumPy's matmul gives each column the same sum either way)."""
+    b = GraphBuilder("head")
+    x = b.input((8, 16), name="x")
+    wa = b.weight((16, 16), name="wa")
+    h = b.op("matmul", x, wa)
+    if twin == "reshape":
+        h = b.op("reshape", b.op("reshape", h, shape=(128,)), shape=(8, 16))
+    elif twin == "split":
+        both = b.op("matmul", x, b.op("concat", wa, b.weight((16, 16), name="wc"), axis=1))
+        h = b.op("split", both, axis=1, sizes=(16, 16))[0]
+    y = b.op("matmul", b.op(act, h), b.weight((16, 16), name="wb"))
+    return b.build(b.op("softmax", y, axis=-1))
+
+
+def _counted_run(monkeypatch, graph, equal_values):
+    seen: dict[str, int] = {}
+    real = interp.eval_node
+
+    def counting(node, args):
+        seen[node.op] = seen.get(node.op, 0) + 1
+        return real(node, args)
+    monkeypatch.setattr(interp, "eval_node", counting)
+    outs = interp.run(graph, seed=1, equal_values=equal_values)
+    monkeypatch.setattr(interp, "eval_node", real)
+    return outs, seen
+
+
+def test_a_value_computed_twice_is_followed_once(monkeypatch):
+    """The optimized graph reaches x @ wa by another expression: once its value is found equal
+    to the bit, what follows it (relu, the second matmul, softmax) runs once, and the outputs are
+    those of each graph run alone."""
+    opt = _head("reshape")
+    merged = interp.shared_graph([_head(), opt])
+    outs, ran = _counted_run(monkeypatch, merged, check_outputs.EQUAL_VALUES_BYTES)
+    assert ran == {"matmul": 2, "reshape": 2, "relu": 1, "softmax": 1}
+    plain, ran_plain = _counted_run(monkeypatch, merged, 0)
+    assert ran_plain == {"matmul": 3, "reshape": 2, "relu": 2, "softmax": 2}
+    for got, alone in zip(outs, interp.run(_head(), seed=1) + interp.run(opt, seed=1)):
+        np.testing.assert_array_equal(got, alone)
+    for got, want in zip(outs, plain):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_merged_matmuls_split_is_its_matmul_when_the_bits_agree(monkeypatch):
+    """The case the reuse is for (ViT's merged Q/K/V). Whether BLAS gives a column the same sum
+    in a wider matmul is up to BLAS: if it does, relu onwards runs once; either way the check
+    passes and the outputs are each graph's own."""
+    merged = interp.shared_graph([_head(), _head("split")])
+    outs, ran = _counted_run(monkeypatch, merged, check_outputs.EQUAL_VALUES_BYTES)
+    rng = np.random.default_rng(0)
+    x, wa, wc = (rng.standard_normal(s, dtype=np.float32) for s in ((8, 16), (16, 16), (16, 16)))
+    same_bits = np.array_equal((x @ np.concatenate([wa, wc], 1))[:, :16], x @ wa)
+    assert ran["relu"] == (1 if same_bits else 2) and ran["matmul"] == (3 if same_bits else 4)
+    np.testing.assert_array_equal(outs[0], interp.run(_head(), seed=1)[0])
+    np.testing.assert_array_equal(outs[1], interp.run(_head("split"), seed=1)[0])
+    assert verify_graphs(_head(), _head("split")).ok
+
+
+def test_a_wrong_op_after_an_equal_value_is_caught():
+    """Reuse needs the same op and attributes after the equal value: a sigmoid for the relu
+    still runs, and fails."""
+    check = verify_graphs(_head(), _head("reshape", act="sigmoid"), seeds=(0, 1))
+    assert not check.ok and "MISMATCH" in check.summary()
+
+
+def test_equal_means_the_same_dtype_shape_and_bits():
+    """-0.0 == 0.0 and NaN != NaN in NumPy's comparison; values are one only with the same bits
+    (a fingerprint finds candidates, every element is compared)."""
+    eq = interp._bitwise_equal
+    z = np.zeros((4, 4), np.float32)
+    assert eq(z, z.copy()) and not eq(z, -z) and not eq(z, z.view(np.int32))
+    assert not eq(z, z.reshape(16)) and not eq(z, z.astype(np.float64))
+    nan = np.full(3, np.nan, np.float32)
+    assert eq(nan, nan.copy())
+    assert eq(z.T, np.zeros((4, 4), np.float32))          # a view compares by its elements
+    # equal fingerprints, one element apart that the fingerprint does not sample
+    a = np.arange(1000, dtype=np.float32)
+    b = a.copy()
+    b[1] += 1
+    k = interp.EqualValues.FINGERPRINT_ELEMENTS
+    assert interp._fingerprint(a, k) == interp._fingerprint(b, k) and not eq(a, b)
+    from eqsat_nb.ir.graph import Node, TensorType
+    ty = (TensorType((1000,), "f32"),)
+    values = {"%a": a, "%b": b}
+    ev = interp.EqualValues(1 << 20)
+    ev.record(Node("relu", ("%x",), (), ("%a",), ty), [a], values)
+    ev.record(Node("relu", ("%y",), (), ("%b",), ty), [b], values)
+    assert ev.canon["%a"] == "%a" and ev.canon["%b"] == "%b"
+
+
+def test_values_kept_for_reuse_stay_within_their_budget():
+    ev = interp.EqualValues(10_000)
+    for i in range(20):
+        ev.keep(f"%v{i}", np.zeros(500, np.float32))            # 2 000 bytes each
+        assert ev.kept_bytes <= 10_000
+    assert list(ev.kept) == [f"%v{i}" for i in range(15, 20)]   # the newest
+    ev.keep("%big", np.zeros(5000, np.float32))                  # larger than the budget
+    assert "%big" not in ev.kept

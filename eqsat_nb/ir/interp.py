@@ -124,10 +124,16 @@ def random_env(graph: Graph, seed: int = 0, dtype: Any = np.float32) -> dict[str
 
 
 def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
-        dtype: Any = np.float32, check: Callable[[], None] | None = None) -> list[Array]:
+        dtype: Any = np.float32, check: Callable[[], None] | None = None,
+        equal_values: int = 0) -> list[Array]:
     """Evaluate `graph`. `env` maps input value names ('%x') and weight names ('@w1') to arrays;
     anything missing is drawn at random from `seed`. Returns the outputs in order. `check` is
-    called before each node (it may raise to stop the run, e.g. at a deadline)."""
+    called before each node (it may raise to stop the run, e.g. at a deadline).
+
+    `equal_values` > 0: a node whose operands are bitwise the same values as those of a node
+    already run, with the same op, attributes and result types, reads that node's results
+    instead of running again (`EqualValues`; what a rewritten graph computes as its original
+    did); up to that many bytes of values past their last use are kept for it."""
     dtype = FLOAT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
     given = dict(env or {})
     types = graph.types() if any(n.op == "opaque" for n in graph.nodes) else {}
@@ -139,6 +145,7 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
     for node in graph.nodes:
         for v in node.inputs:
             remaining[v] = remaining.get(v, 0) + 1
+    equal = EqualValues(equal_values) if equal_values > 0 else None
     for node in graph.nodes:
         if check is not None:
             check()
@@ -146,15 +153,21 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
             values[node.results[0]] = _fetch(given, "@" + node.attr["name"], node.types[0], seed,
                                              dtype, node.results[0] in positive)
             continue
-        args = [values[v] for v in node.inputs]
-        if node.op == "opaque":
-            outs = eval_opaque(node, args, [types[v] for v in node.inputs], dtype)
-        else:
-            outs = eval_node(node, args)
+        outs = equal.reuse(node, values) if equal is not None else None
+        if outs is None:
+            args = [values[v] for v in node.inputs]
+            if node.op == "opaque":
+                outs = eval_opaque(node, args, [types[v] for v in node.inputs], dtype)
+            else:
+                outs = eval_node(node, args)
+            if equal is not None:
+                equal.record(node, outs, values)
         for v in node.inputs:          # free values as soon as their last reader ran
             remaining[v] -= 1
             if remaining[v] == 0:
-                del values[v]
+                freed = values.pop(v)
+                if equal is not None and v in equal.canon:
+                    equal.keep(v, freed)
         for r, o, ty in zip(node.results, outs, node.types):
             if o.shape != ty.shape:
                 raise TirError(f"interpreter bug: {node.op} produced shape {o.shape}, "
@@ -162,6 +175,95 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
             if r in remaining:
                 values[r] = o
     return [values[v] for v in graph.outputs]
+
+
+class EqualValues:
+    """Values a run computed twice, found and computed once.
+
+    A rewritten graph run beside its original (`shared_graph`) often computes bitwise the same
+    values by another expression (a merged matmul's split is the separate matmul, here), and
+    everything downstream of them again. Each result gets a canonical name: the first value
+    bitwise equal to it (same dtype, shape and bits; candidates found by a fingerprint of a few
+    elements, confirmed by comparing every element). A node whose (op, attributes, result types,
+    canonical operands) a node already run had is not run: it reads that node's results, which
+    is what running it would give (the interpreter is deterministic). Values past their last
+    use are kept, oldest dropped first, up to `budget` bytes, so a twin that comes later still
+    finds them."""
+
+    FINGERPRINT_ELEMENTS = 16
+    CANDIDATES = 4          # values compared in full per fingerprint, at most
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.canon: dict[str, str] = {}
+        self.memo: dict[tuple, tuple[str, ...]] = {}
+        self.by_print: dict[tuple, list[str]] = {}
+        self.kept: dict[str, Array] = {}
+        self.kept_bytes = 0
+        self.reused = 0
+
+    def _key(self, node: Node) -> tuple:
+        return (node.op, repr(node.attrs), node.types,
+                tuple(self.canon.get(v, v) for v in node.inputs))
+
+    def _get(self, name: str, values: Mapping[str, Array]) -> Array | None:
+        got = values.get(name)
+        return got if got is not None else self.kept.get(name)
+
+    def reuse(self, node: Node, values: Mapping[str, Array]) -> tuple[Array, ...] | None:
+        """The results of an earlier node with this node's canonical key, if still held."""
+        names = self.memo.get(self._key(node))
+        if names is None:
+            return None
+        outs = tuple(self._get(n, values) for n in names)
+        if any(o is None for o in outs):
+            return None
+        for r, n in zip(node.results, names):
+            self.canon[r] = self.canon.get(n, n)
+        self.reused += 1
+        return outs
+
+    def record(self, node: Node, outs: Sequence[Array], values: Mapping[str, Array]) -> None:
+        """Remember a node that ran, and give each result the name of an equal earlier value."""
+        self.memo.setdefault(self._key(node), node.results)
+        for r, o in zip(node.results, outs):
+            self.canon[r] = r
+            fp = _fingerprint(o, self.FINGERPRINT_ELEMENTS)
+            seen = self.by_print.setdefault(fp, [])
+            for other in seen[-self.CANDIDATES:]:
+                arr = self._get(other, values)
+                if arr is not None and _bitwise_equal(arr, o):
+                    self.canon[r] = self.canon.get(other, other)
+                    break
+            else:
+                seen.append(r)
+
+    def keep(self, name: str, value: Array) -> None:
+        """Hold a computed value past its last use (oldest dropped first beyond the budget)."""
+        if value.nbytes > self.budget:
+            return
+        self.kept[name] = value
+        self.kept_bytes += value.nbytes
+        while self.kept_bytes > self.budget:
+            old = next(iter(self.kept))
+            self.kept_bytes -= self.kept.pop(old).nbytes
+
+
+def _fingerprint(a: Array, k: int) -> tuple:
+    """dtype, shape and k elements spread over the array (fewer where it has fewer)."""
+    flat = a.reshape(-1) if a.flags.c_contiguous else a.flat
+    n = a.size
+    idx = [i * (n - 1) // (k - 1) for i in range(k)] if n > k else list(range(n))
+    return a.dtype.str, a.shape, np.asarray(flat[idx]).tobytes()
+
+
+def _bitwise_equal(a: Array, b: Array) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    bits = np.dtype(f"u{a.dtype.itemsize}") if a.dtype.itemsize in (1, 2, 4, 8) else None
+    if bits is None:
+        return a.tobytes() == b.tobytes()
+    return bool(np.array_equal(a.view(bits), b.view(bits)))
 
 
 # ops whose kernel applies its fused `act` last (ops/activation.py `ACT[act]`), to the result of
