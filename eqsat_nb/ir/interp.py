@@ -3,9 +3,11 @@
 Each operator's reference semantics is its `OpDef.eval` (ir/ops/, one module per operator family);
 this module runs graphs of them. Clarity over speed, but vectorized enough to run the benchmark
 models (a convolution is one matmul (1x1), a sum over its kernel taps (one input channel per
-group), or im2col + (batched) matmul: ir/ops/conv.py). Random inputs and weights are drawn per value *name* from a seed, so two graphs that share weight
-names (an original and its optimized form) see the same weights; `shared_graph` merges graphs into
-one that computes each distinct expression once (what verification runs).
+group), or im2col + (batched) matmul: ir/ops/conv.py). Random inputs and weights are drawn per
+value *name* from a seed, so two graphs that share weight names (an original and its optimized
+form) see the same weights; `shared_graph` merges graphs into one that computes each distinct
+expression once, and `EqualValues` lets a run of it follow values computed twice to the same bits
+once (what verification runs).
 """
 from __future__ import annotations
 
