@@ -163,3 +163,25 @@ def test_layered_extraction_matches_brute_force(monkeypatch):
         assert r.optimal and r.cost == pytest.approx(best)
         checked += len(r.stats.get("layers", [])) > 1
     assert checked == 12
+
+
+def test_a_layer_that_is_nearly_the_whole_problem_keeps_highs_presolve(monkeypatch):
+    """Layers are solved without HiGHS's presolve (ours ran), except one that holds
+    WHOLE_LAYER_SHARE of the candidates (a transformer's one big layer beside a few tiny ones),
+    which is solved as the whole problem would be; the stats say which."""
+    from eqsat_nb.extract import decompose
+    from eqsat_nb.extract.ilp import extract_ilp, solve
+
+    parts = [{"P": {"node_class": np.zeros(n)}} for n in (90, 5, 5)]
+    assert solve.WHOLE_LAYER_SHARE == 0.9
+    assert solve._layer_highs(parts) == [{}, solve.LAYER_HIGHS, solve.LAYER_HIGHS]
+    parts[0]["P"]["node_class"] = np.zeros(89)
+    assert solve._layer_highs(parts) == [solve.LAYER_HIGHS] * 3
+    monkeypatch.setattr(decompose, "MIN_LAYER", 3)
+    p = chain_of_cells(4)
+    r = extract_ilp(p, in_process=True)
+    assert [layer["highs"] for layer in r.stats["layers"]] == [solve.LAYER_HIGHS] * 4
+    monkeypatch.setattr(solve, "WHOLE_LAYER_SHARE", 0.2)      # every cell is 1/4 of the problem
+    r2 = extract_ilp(p, in_process=True)
+    assert [layer["highs"] for layer in r2.stats["layers"]] == [{}] * 4
+    assert r2.optimal and r2.cost == r.cost
