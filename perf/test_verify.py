@@ -1,8 +1,10 @@
 """Output verification (`check_outputs.verify_graphs`): the original and its optimized graph (the
 a100 profile's, analytic costs, ILP extraction) run in the reference interpreter on one random
 input set and every output compared. `shared` is what `eqsat-nb run` does: both graphs merged,
-each distinct expression computed once; `separate` runs each graph on its own with the same
-kernels and BLAS threads (the old path's shape), so the two medians show what sharing saves.
+each distinct expression computed once, and what follows a value computed twice to the same bits
+run once (`interp.EqualValues`); `structural` the merged run without that reuse; `separate` runs
+each graph on its own with the same kernels and BLAS threads (the old path's shape), so the
+medians show what each step saves.
 `extra_info` has the node counts, the merged graph's size, the planner's estimate and the check's
 max error. Quick tier: NasRNN; full tier: the models whose verification dominated `run`."""
 from __future__ import annotations
@@ -12,6 +14,7 @@ from functools import lru_cache
 import pytest
 from benchutil import RULES, Rounds, example
 
+from eqsat_nb import check_outputs
 from eqsat_nb.check_outputs import (ATOL_REL, RTOL, _worst_over_seeds, estimate_verification,
                                     verify_graphs)
 from eqsat_nb.cost.analytic import AnalyticCostModel
@@ -22,7 +25,7 @@ from eqsat_nb.rules.parse import load_rules
 
 pytestmark = pytest.mark.usefixtures("warm_jit")
 
-FULL = ("vgg19", "bert", "inceptionv3", "nasneta", "vit_huge")
+FULL = ("vgg19", "bert", "inceptionv3", "nasneta", "vit_large", "vit_huge")
 
 
 @lru_cache(maxsize=None)
@@ -40,12 +43,15 @@ def _separately(graph, opt) -> float:
                              ATOL_REL).max_relative_err
 
 
-@pytest.mark.parametrize("mode", ["shared", pytest.param("separate", marks=pytest.mark.full)])
+@pytest.mark.parametrize("mode", ["shared", pytest.param("structural", marks=pytest.mark.full),
+                                  pytest.param("separate", marks=pytest.mark.full)])
 @pytest.mark.parametrize("model", ["nasrnn"] + [pytest.param(m, marks=pytest.mark.full)
                                                for m in FULL])
-def test_verify(bench, benchmark, model, mode):
+def test_verify(bench, benchmark, model, mode, monkeypatch):
     graph, opt = optimized(model)
-    if mode == "shared":
+    if mode == "structural":
+        monkeypatch.setattr(check_outputs, "EQUAL_VALUES_BYTES", 0)
+    if mode in ("shared", "structural"):
         check = bench(lambda: verify_graphs(graph, opt), rounds=Rounds(3, 3))
         assert check.ok
         err = check.max_relative_err
