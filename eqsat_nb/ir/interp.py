@@ -227,7 +227,7 @@ class EqualValues:
 
     def record(self, node: Node, outs: Sequence[Array], values: Mapping[str, Array]) -> None:
         """Remember a node that ran, and give each result the name of an equal earlier value."""
-        self.memo.setdefault(self._key(node), node.results)
+        self.memo[self._key(node)] = node.results     # the newest: the likeliest still held
         for r, o in zip(node.results, outs):
             self.canon[r] = r
             fp = _fingerprint(o, self.FINGERPRINT_ELEMENTS)
