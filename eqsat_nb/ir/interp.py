@@ -202,7 +202,6 @@ class EqualValues:
         self.by_print: dict[tuple, list[str]] = {}
         self.kept: dict[str, Array] = {}
         self.kept_bytes = 0
-        self.reused = 0
 
     def _key(self, node: Node) -> tuple:
         return (node.op, repr(node.attrs), node.types,
@@ -222,7 +221,6 @@ class EqualValues:
             return None
         for r, n in zip(node.results, names):
             self.canon[r] = self.canon.get(n, n)
-        self.reused += 1
         return outs
 
     def record(self, node: Node, outs: Sequence[Array], values: Mapping[str, Array]) -> None:
