@@ -12,6 +12,7 @@ once (what verification runs).
 from __future__ import annotations
 
 import itertools
+from functools import partial
 import zlib
 from math import prod, sqrt
 from typing import Any, Callable, Mapping, Sequence
@@ -148,6 +149,13 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
         for v in node.inputs:
             remaining[v] = remaining.get(v, 0) + 1
     equal = EqualValues(equal_values) if equal_values > 0 else None
+
+    def compute(node: Node) -> tuple[Array, ...]:
+        args = [values[v] for v in node.inputs]
+        if node.op == "opaque":
+            return eval_opaque(node, args, [types[v] for v in node.inputs], dtype)
+        return eval_node(node, args)
+
     for node in graph.nodes:
         if check is not None:
             check()
@@ -155,15 +163,8 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
             values[node.results[0]] = _fetch(given, "@" + node.attr["name"], node.types[0], seed,
                                              dtype, node.results[0] in positive)
             continue
-        outs = equal.reuse(node, values) if equal is not None else None
-        if outs is None:
-            args = [values[v] for v in node.inputs]
-            if node.op == "opaque":
-                outs = eval_opaque(node, args, [types[v] for v in node.inputs], dtype)
-            else:
-                outs = eval_node(node, args)
-            if equal is not None:
-                equal.record(node, outs, values)
+        outs = compute(node) if equal is None else equal.evaluate(node, values,
+                                                                  partial(compute, node))
         for v in node.inputs:          # free values as soon as their last reader ran
             remaining[v] -= 1
             if remaining[v] == 0:
@@ -211,21 +212,20 @@ class EqualValues:
         got = values.get(name)
         return got if got is not None else self.kept.get(name)
 
-    def reuse(self, node: Node, values: Mapping[str, Array]) -> tuple[Array, ...] | None:
-        """The results of an earlier node with this node's canonical key, if still held."""
-        names = self.memo.get(self._key(node))
-        if names is None:
-            return None
-        outs = tuple(self._get(n, values) for n in names)
-        if any(o is None for o in outs):
-            return None
-        for r, n in zip(node.results, names):
-            self.canon[r] = self.canon.get(n, n)
-        return outs
-
-    def record(self, node: Node, outs: Sequence[Array], values: Mapping[str, Array]) -> None:
-        """Remember a node that ran, and give each result the name of an equal earlier value."""
-        self.memo[self._key(node)] = node.results     # the newest: the likeliest still held
+    def evaluate(self, node: Node, values: Mapping[str, Array],
+                 compute: Callable[[], Sequence[Array]]) -> Sequence[Array]:
+        """The results of an earlier node with this node's canonical key, if still held; else
+        `compute()`'s, remembered (each result named after an equal earlier value)."""
+        key = self._key(node)
+        names = self.memo.get(key)
+        if names is not None:
+            held = tuple(self._get(n, values) for n in names)
+            if all(o is not None for o in held):
+                for r, n in zip(node.results, names):
+                    self.canon[r] = self.canon.get(n, n)
+                return held
+        outs = compute()
+        self.memo[key] = node.results       # the newest: the likeliest still held
         for r, o in zip(node.results, outs):
             self.canon[r] = r
             fp = _fingerprint(o, self.FINGERPRINT_ELEMENTS)
@@ -237,6 +237,7 @@ class EqualValues:
                     break
             else:
                 seen.append(r)
+        return outs
 
     def keep(self, name: str, value: Array) -> None:
         """Hold a computed value past its last use (oldest dropped first beyond the budget)."""
