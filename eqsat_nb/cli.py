@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--time-limit", type=float, default=60.0, help="seconds, for ilp (default 60)")
     c.add_argument("--ilp-stall", type=float, default=None, metavar="SECONDS",
                    help="ilp: stop when neither its answer nor its bound has moved (as run; "
-                   "default 8; 0: off)")
+                   "default 3; 0: off)")
     c.add_argument("--ilp-gap", type=float, default=None, metavar="PERCENT",
                    help="ilp: stop once the answer is proven within PERCENT of the optimum (as "
                    "run; default 2; 0: prove optimality or reach --time-limit)")

@@ -109,18 +109,20 @@ def test_dominator_and_closure_rows_hold_for_every_valid_selection():
 # ---------------------------------------------------------------------------------------------
 # Independent layers (extract/decompose.py)
 
-def chain_of_cells(n_cells: int, costs=(4.0, 5.0)) -> pb.ExtractionProblem:
+def chain_of_cells(n_cells: int, costs=(4.0, 5.0), leaf: float = 9.0, leaf_step: float = 0.0
+                   ) -> pb.ExtractionProblem:
     """An RNN-like chain: h_0 a leaf of cost 1; cell t: A_t = a(h) | p(M_t), B_t = b(h) | q(M_t),
     M_t = merged(h) (costs[1]), a and b cost costs[0], the projections 0, or g(h, D_t) of cost 1
-    with D_t a leaf of cost 9; h_t = f(A_t, B_t) of cost 1. Every h_t is a separator."""
+    with D_t a leaf of cost leaf + t x leaf_step; h_t = f(A_t, B_t) of cost 1. Every h_t is a
+    separator; with leaf_step 0 the cells above the first are identical."""
     node_class, cost, kids = [0], [1.0], [[]]
     h = 0
     cls = 1
-    for _ in range(n_cells):
+    for t in range(n_cells):
         A, B, M, D, H = cls, cls + 1, cls + 2, cls + 3, cls + 4
         cls += 5
         node_class += [A, A, A, B, B, B, M, D, H]
-        cost += [costs[0], 0.0, 1.0, costs[0], 0.0, 1.0, costs[1], 9.0, 1.0]
+        cost += [costs[0], 0.0, 1.0, costs[0], 0.0, 1.0, costs[1], leaf + t * leaf_step, 1.0]
         kids += [[h], [M], [h, D], [h], [M], [h, D], [h], [], [A, B]]
         h = H
     return pb.from_arrays(cls, node_class, cost, kids, [h])
@@ -163,6 +165,48 @@ def test_layered_extraction_matches_brute_force(monkeypatch):
         assert r.optimal and r.cost == pytest.approx(best)
         checked += len(r.stats.get("layers", [])) > 1
     assert checked == 12
+
+
+def test_layers_a_stall_left_untried_still_get_their_bounds(monkeypatch):
+    """The stall rule sees the sum over the layers and may stop the solve in its first layer
+    (TENSAT's VGG-19); the layers not yet tried then get a short solve of their own
+    (BOUND_PASS_SHARE of the time spent), so the bound reported is theirs and not 0. Here the
+    rule is made to fire at layer 0's first report (an injected clock jumps past the window):
+    the pass, given ample time, proves the two other layers (and improves their answers); without
+    it the bound is layer 0's alone."""
+    from eqsat_nb.extract import decompose
+    from eqsat_nb.extract.ilp import extract_ilp, solve, stop
+
+    monkeypatch.setattr(decompose, "MIN_LAYER", 3)
+    p = chain_of_cells(3, leaf_step=1.0)            # three different cells: no twins
+    now = [0.0]
+    monkeypatch.setattr(stop, "_CLOCK", lambda: now[0])
+    real_solve = solve._solve
+    calls = []
+
+    def solve_layer(P: dict, opts: dict) -> dict:
+        if not calls:
+            for t in (0.0, 100.0):                  # layer 0's bound 0, then a window later
+                now[0] = t
+                opts["outer"](float("inf"), 0.0)
+        calls.append(P)
+        return real_solve(P, opts)
+
+    monkeypatch.setattr(solve, "_solve", solve_layer)       # what _solve_layers calls per layer
+    monkeypatch.setattr(solve, "BOUND_PASS_SHARE", 1e6)
+    r = extract_ilp(p, in_process=True, stall=3.0)
+    layers = r.stats["layers"]
+    assert len(calls) == 3 and r.status == "stalled" and not r.optimal
+    assert [layer["status"] for layer in layers[1:]] == ["optimal", "optimal"]
+    assert [layer["bound"] for layer in layers[1:]] == [layer["cost"] for layer in layers[1:]]
+    assert r.bound == pytest.approx(sum(layer["bound"] for layer in layers)) and \
+        r.bound >= sum(layer["cost"] for layer in layers[1:]) - 1e-9
+    assert dag.is_valid(p, r.choice) and dag.dag_cost(p, r.choice) == pytest.approx(r.cost)
+    calls.clear()
+    monkeypatch.setattr(solve, "BOUND_PASS_SHARE", 0.0)
+    r0 = extract_ilp(p, in_process=True, stall=3.0)
+    assert len(calls) == 1 and r0.status == "stalled" and r0.cost >= r.cost   # warm starts
+    assert r0.bound == pytest.approx(r0.stats["layers"][0]["bound"]) and r0.bound < r.bound - 1
 
 
 def test_a_layer_that_is_nearly_the_whole_problem_keeps_highs_presolve(monkeypatch):

@@ -91,12 +91,17 @@ def test_never_stops_while_the_incumbent_improves():
 
 
 def test_never_stops_while_the_bound_closes_the_gap():
-    """The bound closes 10 % of what is left of the gap every second, which is more than
-    STALL_CLOSE of it in every window; and a bound that crawls at 1 % a second does stall."""
+    """The bound closes 10 % of what is left of the gap every second, far more than STALL_CLOSE
+    of it per STALL_CLOSE_SECONDS. A window shorter than STALL_CLOSE_SECONDS asks for its share
+    of that: a bound that crawls at 1 % a second (2 % in a 2 s window, 8 % in 8 s) still moves,
+    one at 0.5 % a second (4 % in 8 s) has stalled."""
+    assert stop.STALL_CLOSE_SECONDS > 2.0
     p, clock = progress(2.0, [100.0])
     assert drive(p, clock, 120.0, 0.1, bound=lambda t: 100.0 - 50.0 * 0.9 ** t) is None
     p, clock = progress(2.0, [100.0])
-    assert drive(p, clock, 120.0, 0.1, bound=lambda t: 100.0 - 50.0 * 0.99 ** t) is not None
+    assert drive(p, clock, 20.0, 0.1, bound=lambda t: 100.0 - 50.0 * 0.99 ** t) is None
+    p, clock = progress(2.0, [100.0])
+    assert drive(p, clock, 20.0, 0.1, bound=lambda t: 100.0 - 50.0 * 0.995 ** t) is not None
 
 
 def test_the_window_grows_with_the_elapsed_time():
@@ -120,11 +125,14 @@ def test_a_gap_that_is_closed_is_not_a_stall():
 
 
 # Measured (highspy 1.16, this machine; README, Extraction): seconds, best primal cost, dual bound
-# at HiGHS's MIP-interrupt callbacks. BERT: the bound stops at 531.0 at 0.88 s, callbacks come
-# every ~0.12 s until 2.35 s, then a sub-MIP heuristic runs without one and improves the answer
-# at 3.23 s. NasRNN's run: root cut rounds until 10 s, then the bound stands still (thinned).
-BERT = [(0.408, 613.74, -math.inf), (0.654, 613.74, 526.95)] + \
-    [(0.878 + 0.12 * k, 613.74, 531.0) for k in range(13)] + [(3.23, 534.31, 531.0)]
+# at HiGHS's MIP-interrupt callbacks. BERT's run problem (the longest flat before an answer
+# improved, over the 17 e-graphs of the README's table, on 2026-11-28): the bound stands at
+# 384.28 from 0.09 s, callbacks every ~0.1 s, and the answer improves 4 % at 0.92 s. (Before the
+# large-neighbourhood phase the reference BERT e-graph had a 2.35 s flat, which set the window
+# at 8 s; that phase now finds its answer before the full model starts.) NasRNN's run: root cut
+# rounds until 10 s, then the bound stands still (thinned).
+BERT = [(0.07, 402.435, -math.inf)] + [(0.093 + 0.1 * k, 402.435, 384.282) for k in range(9)] + \
+    [(0.915, 386.820, 384.282)]
 NASRNN = [(1.881, 578.4, -math.inf), (2.032, 578.4, 524.33), (3.616, 578.4, 550.21),
           (4.086, 578.4, 558.49), (4.728, 578.4, 561.26), (5.22, 578.4, 564.05),
           (5.601, 578.4, 566.25), (6.122, 578.4, 566.85), (6.323, 578.4, 567.04),
@@ -145,8 +153,9 @@ def replay(points: list[tuple[float, float, float]], scale: float) -> float | No
     return None
 
 
-@pytest.mark.parametrize("scale", [1.0, 2.0, 3.0, 4.0])
+@pytest.mark.parametrize("scale", [1.0, 2.0, 3.0])
 def test_the_default_rule_keeps_berts_late_improvement(scale):
+    """At three times this machine's time the rule still waits for BERT's improvement."""
     assert replay(BERT, scale) is None
 
 

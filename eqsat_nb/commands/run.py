@@ -90,8 +90,8 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
     e.add_argument("--ilp-stall", type=float, default=None, metavar="SECONDS",
                    help="stop the ILP early when it has stalled: over the last max(SECONDS, "
                         "a quarter of its elapsed time) neither its answer improved nor its bound "
-                        "closed 5 %% of the gap (status 'stalled', with its gap; default 8; 0: "
-                        "only --ilp-time-limit stops it)")
+                        "closed the gap at 5 %% per 8 s (status 'stalled', with its gap; "
+                        "default 3; 0: only --ilp-time-limit stops it)")
     e.add_argument("--ilp-gap", type=float, default=None, metavar="PERCENT",
                    help="stop the ILP once its answer is proven within PERCENT of the optimum "
                         "(HiGHS's bound) and has not improved for 0.5 s (status 'within_gap', "
