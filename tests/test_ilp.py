@@ -552,6 +552,66 @@ def test_killed_worker_hands_back_its_last_checked_report(tmp_path, monkeypatch)
     assert r.bound == 0.0
 
 
+def test_a_deadline_holds_as_wall_time(tmp_path, monkeypatch):
+    """With a deadline the call returns by it, whatever the worker does: a worker that reports
+    and then hangs is killed DEADLINE_RETURN before the deadline (not time_limit + kill_margin
+    later), its report kept. A deadline already past
+    gives the warm start back at once, in process too."""
+    import sys
+    import time
+
+    from eqsat_nb.extract import ilp
+    from eqsat_nb.extract.ilp import worker
+
+    p = cyclic_problem()
+    warm = np.array([1, -1, -1], np.int64)
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import os, pickle, sys, time\n"
+        "P, opts = pickle.load(sys.stdin.buffer)\n"
+        "b = pickle.dumps(('progress', {'choice': [0, 3, 4], 'cost': 8.0, 'bound': 6.0}))\n"
+        "os.write(1, len(b).to_bytes(8, 'little') + b)\n"
+        "time.sleep(60)\n")
+    monkeypatch.setattr(worker, "_WORKER", [sys.executable, str(script)])
+    t = time.perf_counter()
+    r = extract_ilp(p, time_limit=30.0, warm_start=warm, kill_margin=30.0, deadline=t + 3.0)
+    elapsed = time.perf_counter() - t
+    check(p, r)
+    assert r.status == "killed" and list(r.choice) == [0, 3, 4] and r.cost == 8.0
+    assert elapsed < 20.0       # killed at the deadline, not after 30 + 30 s
+    monkeypatch.setattr(worker, "_WORKER", None)
+    for in_process in (False, True):
+        t = time.perf_counter()
+        r = extract_ilp(p, time_limit=30.0, warm_start=warm, in_process=in_process,
+                        deadline=t - 1.0)
+        check(p, r)
+        assert not r.optimal and r.cost <= 100.0 and time.perf_counter() - t < 20.0
+    assert ilp.DEADLINE_RETURN < ilp.DEADLINE_GRACE
+
+
+def test_extract_ilp_gets_the_callers_time_limit_as_a_deadline(monkeypatch):
+    """`extract(..., "ilp", time_limit)` (the extract command) gives extract_ilp a deadline
+    time_limit after the call, so the warm start's time counts against the user's limit."""
+    import time
+
+    from eqsat_nb.extract import ilp
+    from eqsat_nb.extract.run import extract
+
+    seen = {}
+    real = ilp.extract_ilp
+
+    def spy(problem, **kw):
+        seen.update(kw)
+        return real(problem, **kw)
+
+    monkeypatch.setattr(ilp, "extract_ilp", spy)
+    p = cyclic_problem()
+    t = time.perf_counter()
+    res = extract(p, "ilp", time_limit=7.0)
+    assert t + 7.0 <= seen["deadline"] <= time.perf_counter() + 7.0 and seen["time_limit"] == 7.0
+    assert dag.is_valid(p, res.choice)
+
+
 def _projections_problem() -> tuple[pb.ExtractionProblem, np.ndarray, float]:
     """Four projections of one input x, each a matmul of its own (cost 10) or a proj of the
     split of a merged matmul over two (15) or three (18) of them: the optimum re-partitions the
