@@ -168,16 +168,18 @@ def _extract(problem, options: Options) -> tuple[np.ndarray, str]:
     if options.extract == "ocf+switch":
         return warm, "ocf+switch"
     warm_cost = dag_cost(problem, warm)
-    seconds, kill_margin = options.ilp_time_limit, 10.0
+    # --ilp-time-limit holds as wall time, worker start-up included: HiGHS overruns its own limit
+    # by seconds on large models, so the worker is killed at the deadline (keeping its selection,
+    # losing its bound; extract_ilp's `deadline`)
+    seconds = options.ilp_time_limit
+    deadline = time.perf_counter() + seconds + ILP_OVERHEAD_SECONDS
     if options.budget is not None:          # the ILP gets what is left, worker start-up included
         left = options.budget.left() - options.reserve
         if left < ILP_MIN_SECONDS:
             return warm, "ocf+switch (ilp skipped: the time limit was reached)"
         seconds = min(seconds, left - ILP_OVERHEAD_SECONDS)
-        # HiGHS overruns its limit by seconds on large models: let it finish where the budget
-        # has room (a killed worker keeps its selection but loses its bound)
-        kill_margin = max(ILP_OVERHEAD_SECONDS / 2, min(kill_margin, left - seconds - 1.0))
-    res = extract_ilp(problem, time_limit=seconds, warm_start=warm, kill_margin=kill_margin,
+        deadline = min(deadline, time.perf_counter() + left)
+    res = extract_ilp(problem, time_limit=seconds, warm_start=warm, deadline=deadline,
                       stall=options.ilp_stall, stop_gap=max(options.ilp_gap, 0.0) / 100)
     if res.choice is None or not np.isfinite(res.cost) or res.cost > warm_cost:
         return warm, f"ocf+switch (ilp: {res.status})"

@@ -84,6 +84,35 @@ def test_a_killed_ilp_that_improved_is_taken(monkeypatch):
     assert list(choice) == list(best) and how == "ilp (killed, gap 50.0 %)"
 
 
+def test_the_ilp_time_limit_holds_as_wall_time(monkeypatch):
+    """optimize hands the ILP a deadline: --ilp-time-limit plus the worker's start-up
+    (ILP_OVERHEAD_SECONDS), and never past what a --time-limit budget leaves; extract_ilp kills
+    its worker there (HiGHS overruns its own limit by seconds on large models)."""
+    import time
+
+    from eqsat_nb.optimize import ILP_OVERHEAD_SECONDS
+
+    p = merge_problem()
+    seen = {}
+
+    def fake(problem, **kw):
+        seen.update(kw)
+        warm = np.asarray(kw["warm_start"])
+        return IlpResult(warm, dag_cost(problem, warm), 0.0, 1.0, False, 1.0, 0, "time_limit")
+
+    monkeypatch.setattr(ilp_module, "extract_ilp", fake)
+    t = time.perf_counter()
+    _extract(p, Options(extract="ilp", ilp_time_limit=7.0))
+    assert seen["time_limit"] == 7.0
+    assert t + 7.0 + ILP_OVERHEAD_SECONDS <= seen["deadline"] <= \
+        time.perf_counter() + 7.0 + ILP_OVERHEAD_SECONDS
+    budget = Budget(5.0, start=work_clock())
+    t = time.perf_counter()
+    _extract(p, Options(extract="ilp", ilp_time_limit=60.0, budget=budget))
+    assert seen["time_limit"] <= 5.0 - ILP_OVERHEAD_SECONDS
+    assert seen["deadline"] <= time.perf_counter() + 5.0
+
+
 def test_no_time_left_gives_ocf_switch_without_the_ilp(monkeypatch):
     p = merge_problem()
 
