@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "and the time (ilp: its bound, gap and what stopped it)")
     c.add_argument("file", metavar="FILE.json[.gz]")
     c.add_argument("--method", choices=METHODS, default=METHODS[0])
-    c.add_argument("--time-limit", type=float, default=60.0, help="ilp: seconds of wall time it returns within, its warm start included "
+    c.add_argument("--time-limit", type=float, default=60.0,
+                   help="ilp: seconds of wall time it returns within, its warm start included "
                    "(default 60)")
     c.add_argument("--ilp-stall", type=float, default=None, metavar="SECONDS",
                    help="ilp: stop when neither its answer nor its bound has moved (as run; "

@@ -12,8 +12,8 @@ once (what verification runs).
 from __future__ import annotations
 
 import itertools
-from functools import partial
 import zlib
+from functools import partial
 from math import prod, sqrt
 from typing import Any, Callable, Mapping, Sequence
 
