@@ -52,6 +52,56 @@ def test_weight_only_nodes_are_folded_and_leaves_shared():
         TorchGraph(g, Leaves("cpu", weights={"w1": np.ones((3,), np.float32)}))
 
 
+def _opaque(node, n_in: int, n_out: int = 1) -> str:
+    """The attribute block of an opaque node holding ONNX `node` (opset 13)."""
+    from eqsat_nb.ir.opaque import encode_node
+    return (f'{{op = "{node.op_type}", opset = 13, onnx = '
+            f'"{encode_node(node, [True] * n_in, [True] * n_out)}"}}')
+
+
+def test_opaque_gathers_run_as_torch_indexing_and_weight_only_ones_are_folded():
+    """Exported transformers' embedding lookups (Gather on the input ids, a negative axis and
+    negative indices wrapped; GatherElements) run on the device; a weight-only TopK runs once in
+    onnxruntime; a TopK on the inference path has no lowering."""
+    from onnx import helper
+
+    from eqsat_nb import parse
+    from eqsat_nb.cost.torch_graph import Leaves, TorchGraph, relative_error
+    from eqsat_nb.ir import interp
+    gather = _opaque(helper.make_node("Gather", ["e", "i"], ["y"], axis=0), 2)
+    gather_last = _opaque(helper.make_node("Gather", ["e", "i"], ["y"], axis=-1), 2)
+    elements = _opaque(helper.make_node("GatherElements", ["e", "i"], ["y"], axis=1), 2)
+    topk = _opaque(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1), 2, 2)
+    text = f"""\
+func @f(%ids: tensor<2x3xi64>, %j: tensor<6x2xi64>, %x: tensor<6x4xf32>) -> (tensor<2x3x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>) {{
+  %e = weight @emb : tensor<6x4xf32>
+  %k = weight @k : tensor<1xi64>
+  %a = opaque(%e, %ids) {gather} : tensor<2x3x4xf32>
+  %t = transpose(%e) {{perm = [1, 0]}} : tensor<4x6xf32>
+  %c = opaque(%t, %ids) {gather_last} : tensor<4x2x3xf32>
+  %c2 = transpose(%c) {{perm = [1, 2, 0]}} : tensor<2x3x4xf32>
+  %s = ewadd(%a, %c2) : tensor<2x3x4xf32>
+  %b = opaque(%x, %j) {elements} : tensor<6x2xf32>
+  %v, %w = opaque(%e, %k) {topk} : tensor<6x2xf32>, tensor<6x2xi64>
+  %u = ewadd(%b, %v) : tensor<6x2xf32>
+  return %s, %u, %w
+}}
+"""
+    g = parse(text)
+    ids = np.array([[0, 5, -1], [2, -6, 3]], np.int64)
+    weights = {"emb": np.arange(24, dtype=np.float32).reshape(6, 4) / 7, "k": np.array([2])}
+    leaves = Leaves("cpu", weights=weights)
+    leaves.tensors["%ids"] = leaves.torch.as_tensor(ids)
+    tg = TorchGraph(g, leaves)
+    assert tg.kernels == 6              # the TopK on weights is folded, not run
+    env = {k: v.numpy() for k, v in leaves.tensors.items()}
+    want = [np.asarray(w, np.float64) for w in interp.run(g, env)]
+    assert relative_error(want, tg.outputs()) == 0.0
+    on_path = parse(text.replace("opaque(%e, %k)", "opaque(%x, %k)"))
+    with pytest.raises(NotImplementedError, match="opaque TopK"):
+        TorchGraph(on_path, leaves)
+
+
 def test_alternating_timing_on_the_cpu():
     from eqsat_nb.cost.torch_graph import Leaves, TorchGraph, time_alternately
     from eqsat_nb.ir.parse import load

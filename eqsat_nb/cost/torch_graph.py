@@ -19,7 +19,10 @@ the CPU (one intra-op thread, `time.perf_counter`).
 
 What the PyTorch run does that the cost models do not assume: a concat is a copy (`torch.cat`)
 where the GPU profiles write operands in place, a consumer of a split's view may copy it first,
-and a fused activation is a second kernel. `opaque` nodes have no lowering (NotImplementedError).
+and a fused activation is a second kernel. Of the `opaque` nodes (operators the IR does not model),
+Gather and GatherElements run as PyTorch indexing (the embedding lookups of exported
+transformers); any other runs in onnxruntime on the host, which is only allowed where it is folded
+(weight-only): on the inference path it raises NotImplementedError.
 """
 from __future__ import annotations
 
@@ -94,21 +97,21 @@ class TorchGraph:
                 is_const = bool(node.inputs) and all(const[v] for v in node.inputs)
                 for r in node.results:
                     const[r] = is_const
+                multi = node.op == "opaque" or OPS[node.op].multi_result
                 if node.op == "opaque":
-                    raise NotImplementedError("an opaque node (an operator the IR does not "
-                                              "model) has no PyTorch lowering")
-                if node.op == "noop":
+                    fn = lower_opaque(torch, node, ins_t, self.dev, on_host=is_const)
+                elif node.op == "noop":
                     zero = torch.zeros((), dtype=self.fixed_dtype(node.types[0]), device=self.dev)
                     fn: Callable[..., Any] = lambda *xs, _z=zero: _z
                 else:
                     fn = lower(node.op, node.attr, ins_t)
                 if is_const:            # weight-only: folded now, free at inference
                     outs = fn(*[self.fixed[v] for v in node.inputs])
-                    outs = outs if OPS[node.op].multi_result else (outs,)
+                    outs = outs if multi else (outs,)
                     for r, o in zip(node.results, outs):
                         self.fixed[r] = o.contiguous()
                     continue
-                self.steps.append((fn, node.inputs, node.results, OPS[node.op].multi_result))
+                self.steps.append((fn, node.inputs, node.results, multi))
                 self.kernels += node.op not in ("reshape", "dropout", "noop")
         self.cuda_graph: Any = None
         self.static_out: list[Any] | None = None
@@ -153,6 +156,40 @@ class TorchGraph:
 
     def release(self) -> None:
         self.cuda_graph = self.static_out = None
+
+
+def lower_opaque(torch: Any, node: Any, ins_t: Sequence[TensorType], dev: Any,
+                 on_host: bool) -> Callable[..., tuple[Any, ...]]:
+    """An opaque node as a function returning a tuple of device tensors: Gather and
+    GatherElements as PyTorch indexing (ONNX's negative indices wrapped); any other through
+    onnxruntime on the host when `on_host` (a weight-only node, folded once), else
+    NotImplementedError."""
+    from onnx import helper
+
+    from ..ir.opaque import decode_node, run_opaque
+
+    stored = decode_node(node.attr)
+    op = node.attr["op"]
+    axis = next((helper.get_attribute_value(a) for a in stored.attribute if a.name == "axis"), 0)
+    if node.attr["domain"] in ("", "ai.onnx") and op in ("Gather", "GatherElements"):
+        rank = len(ins_t[0].shape)
+        axis = axis + rank if axis < 0 else axis
+        n = ins_t[0].shape[axis]
+
+        def gather(data: Any, idx: Any) -> tuple[Any, ...]:
+            idx = torch.where(idx < 0, idx + n, idx).long()
+            if op == "GatherElements":
+                return (torch.gather(data, axis, idx),)
+            out = torch.index_select(data, axis, idx.reshape(-1))
+            return (out.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:]),)
+        return gather
+    if not on_host:
+        raise NotImplementedError(f"an opaque {op} (an operator the IR does not model) on the "
+                                  "inference path has no PyTorch lowering")
+    def host(*xs: Any) -> tuple[Any, ...]:
+        outs = run_opaque(node.attrs, [x.detach().cpu().numpy() for x in xs], ins_t, node.types)
+        return tuple(torch.as_tensor(o).to(dev) for o in outs)
+    return host
 
 
 def relative_error(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
