@@ -61,8 +61,10 @@ def _opaque(node, n_in: int, n_out: int = 1) -> str:
 
 def test_opaque_gathers_run_as_torch_indexing_and_weight_only_ones_are_folded():
     """Exported transformers' embedding lookups (Gather on the input ids, a negative axis and
-    negative indices wrapped; GatherElements) run on the device; a weight-only TopK runs once in
-    onnxruntime; a TopK on the inference path has no lowering."""
+    negative indices wrapped; GatherElements) and attention-mask guards (IsNaN, Where with a
+    broadcast scalar; Cast) run on the device; a weight-only TopK runs once in onnxruntime; a
+    TopK on the inference path has no lowering."""
+    import onnx
     from onnx import helper
 
     from eqsat_nb import parse
@@ -72,8 +74,11 @@ def test_opaque_gathers_run_as_torch_indexing_and_weight_only_ones_are_folded():
     gather_last = _opaque(helper.make_node("Gather", ["e", "i"], ["y"], axis=-1), 2)
     elements = _opaque(helper.make_node("GatherElements", ["e", "i"], ["y"], axis=1), 2)
     topk = _opaque(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1), 2, 2)
+    isnan = _opaque(helper.make_node("IsNaN", ["x"], ["y"]), 1)
+    where = _opaque(helper.make_node("Where", ["c", "x", "y"], ["z"]), 3)
+    cast = _opaque(helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.INT64), 1)
     text = f"""\
-func @f(%ids: tensor<2x3xi64>, %j: tensor<6x2xi64>, %x: tensor<6x4xf32>) -> (tensor<2x3x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>) {{
+func @f(%ids: tensor<2x3xi64>, %j: tensor<6x2xi64>, %x: tensor<6x4xf32>) -> (tensor<2x3x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<6x4xf32>, tensor<6x4xi64>) {{
   %e = weight @emb : tensor<6x4xf32>
   %k = weight @k : tensor<1xi64>
   %a = opaque(%e, %ids) {gather} : tensor<2x3x4xf32>
@@ -84,19 +89,27 @@ func @f(%ids: tensor<2x3xi64>, %j: tensor<6x2xi64>, %x: tensor<6x4xf32>) -> (ten
   %b = opaque(%x, %j) {elements} : tensor<6x2xf32>
   %v, %w = opaque(%e, %k) {topk} : tensor<6x2xf32>, tensor<6x2xi64>
   %u = ewadd(%b, %v) : tensor<6x2xf32>
-  return %s, %u, %w
+  %zero = weight @zero : tensor<f32>
+  %l = sqrt(%x) : tensor<6x4xf32>
+  %n = opaque(%l) {isnan} : tensor<6x4xbool>
+  %m = opaque(%n, %zero, %l) {where} : tensor<6x4xf32>
+  %mi = opaque(%m) {cast} : tensor<6x4xi64>
+  return %s, %u, %w, %m, %mi
 }}
 """
     g = parse(text)
     ids = np.array([[0, 5, -1], [2, -6, 3]], np.int64)
-    weights = {"emb": np.arange(24, dtype=np.float32).reshape(6, 4) / 7, "k": np.array([2])}
+    weights = {"emb": np.arange(24, dtype=np.float32).reshape(6, 4) / 7, "k": np.array([2]),
+               "zero": np.array(0, np.float32)}
     leaves = Leaves("cpu", weights=weights)
     leaves.tensors["%ids"] = leaves.torch.as_tensor(ids)
     tg = TorchGraph(g, leaves)
-    assert tg.kernels == 6              # the TopK on weights is folded, not run
+    assert tg.kernels == 10             # the TopK on weights is folded, not run
     env = {k: v.numpy() for k, v in leaves.tensors.items()}
-    want = [np.asarray(w, np.float64) for w in interp.run(g, env)]
-    assert relative_error(want, tg.outputs()) == 0.0
+    with np.errstate(invalid="ignore"):         # sqrt of the negative entries: NaN on purpose
+        want = [np.asarray(w, np.float64) for w in interp.run(g, env)]
+    assert np.isnan(want[3]).sum() == 0 and (want[3] == 0).sum() > 0     # NaNs replaced
+    assert relative_error(want, tg.outputs()) < 1e-6        # sqrt: an ulp apart
     on_path = parse(text.replace("opaque(%e, %k)", "opaque(%x, %k)"))
     with pytest.raises(NotImplementedError, match="opaque TopK"):
         TorchGraph(on_path, leaves)

@@ -21,7 +21,8 @@ What the PyTorch run does that the cost models do not assume: a concat is a copy
 where the GPU profiles write operands in place, a consumer of a split's view may copy it first,
 and a fused activation is a second kernel. Of the `opaque` nodes (operators the IR does not model),
 Gather and GatherElements run as PyTorch indexing (the embedding lookups of exported
-transformers); any other runs in onnxruntime on the host, which is only allowed where it is folded
+transformers), the element-wise ones in `ONNX_ELEMENTWISE` (transformers' attention masks: IsNaN,
+Where) as their PyTorch functions, broadcasting as ONNX does; any other runs in onnxruntime on the host, which is only allowed where it is folded
 (weight-only): on the inference path it raises NotImplementedError.
 """
 from __future__ import annotations
@@ -62,9 +63,9 @@ class Leaves:
             value = self.given.get(key[1:]) if key.startswith("@") else None
             if value is None or np.asarray(value).size == 0:     # no value: drawn at random
                 value = random_tensor(key, ty, self.seed, positive=positive)
-            arr = np.ascontiguousarray(np.asarray(value))
-            if not arr.flags.writeable:         # ONNX initializers are read-only views
-                arr = arr.copy()
+            arr = np.asarray(value)             # (not ascontiguousarray: it makes 0-d 1-d)
+            if not arr.flags.writeable or not arr.flags.c_contiguous:   # read-only ONNX views
+                arr = arr.copy(order="C")
             if tuple(arr.shape) != tuple(ty.shape):
                 raise ValueError(f"value of {key} has shape {arr.shape}, expected {ty.shape}")
             got = self.tensors[key] = self.torch.as_tensor(arr).to(self.dev)
@@ -158,20 +159,35 @@ class TorchGraph:
         self.cuda_graph = self.static_out = None
 
 
+#: ONNX element-wise operators an opaque node runs as (torch function name); ONNX's
+#: multidirectional broadcasting is NumPy's, which PyTorch follows
+ONNX_ELEMENTWISE = {"IsNaN": "isnan", "Where": "where", "Not": "logical_not", "Equal": "eq",
+                    "Less": "lt", "Greater": "gt", "And": "logical_and", "Or": "logical_or",
+                    "Neg": "neg", "Abs": "abs", "Sqrt": "sqrt", "Exp": "exp", "Erf": "erf"}
+
+
 def lower_opaque(torch: Any, node: Any, ins_t: Sequence[TensorType], dev: Any,
                  on_host: bool) -> Callable[..., tuple[Any, ...]]:
     """An opaque node as a function returning a tuple of device tensors: Gather and
-    GatherElements as PyTorch indexing (ONNX's negative indices wrapped); any other through
-    onnxruntime on the host when `on_host` (a weight-only node, folded once), else
-    NotImplementedError."""
+    GatherElements as PyTorch indexing (ONNX's negative indices wrapped), the operators of
+    `ONNX_ELEMENTWISE` and Cast as their PyTorch functions; any other through onnxruntime on the
+    host when `on_host` (a weight-only node, folded once), else NotImplementedError."""
     from onnx import helper
 
-    from ..ir.opaque import decode_node, run_opaque
+    from ..ir.opaque import ONNX_TO_DTYPE, decode_node, run_opaque
 
     stored = decode_node(node.attr)
     op = node.attr["op"]
-    axis = next((helper.get_attribute_value(a) for a in stored.attribute if a.name == "axis"), 0)
-    if node.attr["domain"] in ("", "ai.onnx") and op in ("Gather", "GatherElements"):
+    attrs = {a.name: helper.get_attribute_value(a) for a in stored.attribute}
+    axis = attrs.get("axis", 0)
+    onnx_domain = node.attr["domain"] in ("", "ai.onnx")
+    if onnx_domain and op in ONNX_ELEMENTWISE:
+        f = getattr(torch, ONNX_ELEMENTWISE[op])
+        return lambda *xs: (f(*xs),)
+    if onnx_domain and op == "Cast" and attrs.get("to") in ONNX_TO_DTYPE:
+        dtype = torch_dtype(torch, ONNX_TO_DTYPE[attrs["to"]])
+        return lambda x: (x.to(dtype),)
+    if onnx_domain and op in ("Gather", "GatherElements"):
         rank = len(ins_t[0].shape)
         axis = axis + rank if axis < 0 else axis
         n = ins_t[0].shape[axis]
