@@ -120,8 +120,9 @@ def test_calibration_that_makes_the_fit_worse_is_discarded(monkeypatch):
     cpu = AnalyticCostModel(CPU)
     samples = [(s, cpu.cost(s) * 1.5) for s in sigs]
     real = calibrate._profile
-    monkeypatch.setattr(calibrate, "_profile", lambda base, theta, name: dataclasses.replace(
-        real(base, theta, name), matmul_flops=CPU.matmul_flops * 1e3))   # a bad "fit"
+    monkeypatch.setattr(calibrate, "_profile", lambda base, theta, name, params=calibrate.PARAMS:
+                        dataclasses.replace(real(base, theta, name, params),
+                                            matmul_flops=CPU.matmul_flops * 1e3))   # a bad "fit"
     fitted, before, after = fit_profile(samples, CPU)
     assert after == before
     assert dataclasses.replace(fitted, name=CPU.name) == CPU and fitted.name == "cpu-calibrated"

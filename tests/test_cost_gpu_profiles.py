@@ -22,6 +22,10 @@ from eqsat_nb.ir.parse import load
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = ("a100", "h100")
+# the profiles whose constants rest on TASO's measurements (its runtime: concats written in
+# place, grouped convs a kernel per group); the h100 one is fitted to a measurement of PyTorch on
+# an H100 instead (tests/test_cost_h100_measured.py)
+TASO_GPUS = ("a100",)
 
 
 def sig(op: str, inputs: list[tuple[int, ...]], const: tuple[int, ...] = (),
@@ -47,7 +51,7 @@ def test_split_is_a_view_on_gpus_a_copy_on_the_cpu(device):
 
 
 # ------------------------------------------------------------------ concat
-@pytest.mark.parametrize("device", GPUS)
+@pytest.mark.parametrize("device", TASO_GPUS)
 def test_concat_of_computed_operands_is_free_within_tasos_bound(device):
     """Producers write into the concatenated buffer: TASO measured such concats at <= 0.056 us
     (DESIGN.md section 10)."""
@@ -59,7 +63,7 @@ def test_concat_of_computed_operands_is_free_within_tasos_bound(device):
     assert cpu.cost(sig("concat", [(1, 64, 56, 56), (1, 64, 56, 56)], axis=1)) > cpu.launch_us
 
 
-@pytest.mark.parametrize("device", GPUS)
+@pytest.mark.parametrize("device", TASO_GPUS)
 def test_concat_copies_what_no_producer_can_write_in_place(device):
     """A graph input, a repeated operand or a weight-only operand is copied: one strided-copy
     launch per such operand plus its bytes read and written (TASO's Concat::forward launches
@@ -158,8 +162,8 @@ def test_grouped_convs_against_tasos_measurements():
     assert (dw, half, quarter) == pytest.approx((20.7, 231.6, 119.4), abs=0.05)
 
 
-@pytest.mark.parametrize("device", GPUS)
-def test_grouped_conv_ordering_holds_on_both_gpu_profiles(device):
+@pytest.mark.parametrize("device", TASO_GPUS)
+def test_grouped_conv_ordering_holds_on_the_taso_profile(device):
     m = AnalyticCostModel(device)
     dw, half, quarter = (m.cost(conv(TASO_X, (256, c, 5, 5), 2)) for c in (1, 2, 4))
     assert dw < quarter < half and half / dw > 5
@@ -185,9 +189,10 @@ def test_resnext_grouped_convs_match_the_papers_a100_estimate():
                                           ((1, 512, 14, 14), 1), ((1, 1024, 7, 7), 1)])
 def test_merging_groups_pays_on_gpus_not_on_the_cpu(shape, stride):
     """TENSAT's optimized ResNeXt-50 (taso_models/resnext50_optimized.model) merges its 32-group
-    convs to 2-16 groups; by FLOPs (the CPU roofline) every merge costs more."""
+    convs to 2-16 groups; by FLOPs (the CPU roofline) every merge costs more. (On the measured
+    H100 a 32-group conv is one cuDNN kernel and merging does not pay: test_cost_h100_measured.)"""
     c = shape[1]
-    for device in GPUS:
+    for device in TASO_GPUS:
         m = AnalyticCostModel(device)
         by_groups = {g: m.cost(conv(shape, (c, c // g, 3, 3), stride)) for g in (32, 16, 8, 4, 2)}
         assert min(by_groups[g] for g in (16, 8, 4, 2)) < 0.7 * by_groups[32], (device, by_groups)
@@ -236,7 +241,7 @@ def test_depthwise_with_a_channel_multiplier_is_a_grouped_conv(x, w, taso_ms):
     assert cpu.explain(s) == "" and cpu.cost(s) < us
 
 
-@pytest.mark.parametrize("device", GPUS)
+@pytest.mark.parametrize("device", TASO_GPUS)
 def test_small_element_wise_kernels_against_tasos_ratio_to_a_gemv(device):
     """TASO measured relu and tanh on 512 elements at 0.27-0.48 of the 1 x 512 x 512 matmul
     (extraction-gym data/tensat/nasrnn.csv; analytic.py). With the GEMM launch floor for both
@@ -257,11 +262,12 @@ def test_small_element_wise_kernels_against_tasos_ratio_to_a_gemv(device):
     assert PROFILES["cpu"].floor_us("relu") == PROFILES["cpu"].launch_us
 
 
-def test_h100_figures_are_the_a100_ones_scaled():
-    assert H100.group_us == pytest.approx(A100.group_us * H100.launch_us / A100.launch_us,
-                                          abs=0.01)
-    assert H100.depthwise_flops >= A100.depthwise_flops * 67 / 19.5
-    assert H100.split_view and H100.concat_in_place and not PROFILES["cpu"].split_view
+def test_h100_is_no_longer_the_a100_scaled():
+    """The H100 profile is fitted to a measurement (analytic.py), not the A100's TASO-derived
+    constants scaled: grouped convs are one kernel, concats copies, splits still views."""
+    assert H100.group_us < 0.05 * A100.group_us
+    assert H100.split_view and not H100.concat_in_place and A100.concat_in_place
+    assert H100.op_floor_us["conv2d"] > H100.launch_us > H100.floor_us("relu")
 
 
 def test_profile_files_carry_the_new_fields(tmp_path):

@@ -17,9 +17,20 @@ from eqsat_nb.errors import TirError
 def test_analytic_default_and_devices():
     m = make_cost_model()
     assert isinstance(m, AnalyticCostModel) and m.profile.name == "cpu"
-    for dev in ("cpu", "a100", "h100"):
+    for dev in ("cpu", "a100"):
         assert make_cost_model("analytic", dev).profile.name == dev
+    assert make_cost_model("analytic", "h100-roofline").profile.name == "h100"
     assert m.fallback_reason is None and m.requested == "analytic"
+
+
+def test_a_gpu_with_a_shipped_measurement_is_priced_by_it():
+    """`--device h100` / `h200`: the shipped measured table, the configurations it lacks by
+    the fitted h100 roofline (README, "GPU truth")."""
+    from eqsat_nb.cost.table import TableCostModel
+    for dev in ("h100", "h200"):
+        m = make_cost_model("analytic", dev)
+        assert isinstance(m, TableCostModel) and m.device == f"{dev}-measured"
+        assert m.table.base_profile == "h100" and m.base.profile.name == "h100"
 
 
 @pytest.mark.parametrize("backend,device,match", [

@@ -153,9 +153,9 @@ def measure_configs(order: list, model, clock: Clock, stop_at: float) -> dict:
 
 # Per-configuration overhead assumed by `plan_seconds` on a GPU: operand creation, warm-up,
 # CUDA graph capture and the Python around them, plus cuDNN's algorithm search for a conv
-# (benchmark mode tries every algorithm once). Guesses to be checked against the first run's
-# "measured N configurations in S s" line; the CPU dry run measured 59 small configurations in
-# 1.0 s and 167 (squeezenet's convs included) in 3.9 s, 17-23 ms each, on this 2-vCPU machine.
+# (benchmark mode tries every algorithm once). The plan errs high: on the H100 1 229
+# configurations took 29.7 s against 68 s planned, on the H200 1 286 took 26.9 s against 70 s
+# (2026-11-28; 21-24 ms each); kept, so that a plan that fits the budget surely does.
 OVERHEAD_S = {"conv2d": 0.04, "other": 0.01}
 
 

@@ -27,7 +27,8 @@ def add_parser(sub) -> None:
     c.add_argument("model", metavar="MODEL", help="a .tir file")
     c.add_argument("--cost", choices=BACKENDS, default="analytic",
                    help="cost backend (default analytic)")
-    c.add_argument("--device", help="analytic: cpu|a100|h100|cpu-calibrated|FILE.json; "
+    c.add_argument("--device", help="analytic: cpu|a100|h100|h200|h100-roofline|cpu-calibrated|"
+                   "FILE.json; "
                    "trt: GPU index; torch: cpu|cuda[:N]")
     c.add_argument("--cost-db", metavar="PATH", help="cost cache (SQLite; default "
                    "$EQSAT_NB_COST_DB, else the user cache directory)")

@@ -2,9 +2,13 @@
 
 Backends:
 - `analytic` (default): roofline with a device profile, instant. device: `cpu` (default, the
-  built-in profile measured on this project's CPU), `a100`, `h100`, `cpu-calibrated` (the profile
+  built-in profile measured on this project's CPU), `a100`, `cpu-calibrated` (the profile
   `eqsat-nb profile --calibrate` fitted on this machine), or a profile `.json` file; or a
   measured cost table (cost/table.py): a shipped one by name (`h100-measured`) or a table file.
+  A GPU with a shipped table (`MEASURED`: `h100`, `h200`) is priced by that measurement, the
+  configurations it lacks by the `h100` roofline fitted to it; `h100-roofline` is that
+  roofline alone. The extraction exploits any error a roofline has, so only measured prices
+  give speed-ups a measurement confirms (README, "GPU truth").
 - `ort`: one-node onnxruntime timings on the CPU. device: None or `cpu`.
 - `trt`: single-layer TensorRT engines on an NVIDIA GPU. device: CUDA device index (`0`,
   `cuda:0`; default 0).
@@ -93,9 +97,18 @@ def make_cost_model(backend: str = "analytic", device: str | None = None,
     return model
 
 
+#: GPU names priced by their shipped measured table (cost/tables/)
+MEASURED = {"h100": "h100-measured", "h200": "h200-measured"}
+ROOFLINE = "-roofline"
+
+
 def _analytic(device: str | None) -> CostModel:
     from .analytic import AnalyticCostModel, profile
-    from .table import TableCostModel, is_table_name
+    from .table import TableCostModel, is_table_name, shipped_tables
+    if device in MEASURED and MEASURED[device] in shipped_tables():
+        return TableCostModel(MEASURED[device])
+    if device and device.endswith(ROOFLINE) and device[:-len(ROOFLINE)] in MEASURED:
+        device = device[:-len(ROOFLINE)]
     if device and is_table_name(device):         # measured costs (cost/table.py)
         return TableCostModel(device)
     try:

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import TirError
-from ..ir.ops import OPS
+from ..ir.graph import TensorType
+from ..ir.ops import OPS, infer_types, normalize_attrs
 from .analytic import AnalyticCostModel, profile
 from .db import canonical_json
 from .measured import signature_key
@@ -75,7 +76,8 @@ class CostTable:
         self.base_profile = str(doc.get("base_profile", "h100"))
         self.notes = dict(doc.get("notes") or {})
         self.times: dict[tuple[str, str, str], float] = {}
-        for row in doc["rows"]:
+        self.rows = list(doc["rows"])
+        for row in self.rows:
             self.times[_key(row["op"], row["attrs"], row["operands"])] = float(row["us"])
 
     def __len__(self) -> int:
@@ -85,6 +87,24 @@ class CostTable:
         """The measured µs of `sig`, or None."""
         attrs, operands = signature_key(sig.op, sig.attrs, sig.inputs, sig.const_inputs)
         return self.times.get(_key(sig.op, attrs, operands))
+
+
+    def samples(self) -> list[tuple[OpSignature, float]]:
+        """Every row as (signature, measured µs): what a profile is fitted to
+        (cost/calibrate.py). A row whose shapes its op no longer accepts is left out."""
+        out = []
+        for row in self.rows:
+            op = row["op"]
+            try:
+                attrs = normalize_attrs(OPS[op], {k: tuple(v) if isinstance(v, list) else v
+                                                  for k, v in row["attrs"].items()})
+                ins = tuple(TensorType(tuple(shape), dtype) for shape, dtype, _ in row["operands"])
+                outs = tuple(infer_types(op, list(ins), attrs))
+            except (TirError, ValueError, TypeError):
+                continue
+            const = tuple(i for i, (_, _, kind) in enumerate(row["operands"]) if kind == "w")
+            out.append((OpSignature(op, attrs, ins, outs, const), float(row["us"])))
+        return out
 
 
 def table_rows(samples: Iterable[tuple[OpSignature, float]]) -> list[dict[str, Any]]:

@@ -19,11 +19,12 @@ the CPU (one intra-op thread, `time.perf_counter`).
 
 What the PyTorch run does that the cost models do not assume: a concat is a copy (`torch.cat`)
 where the GPU profiles write operands in place, a consumer of a split's view may copy it first,
-and a fused activation is a second kernel. Of the `opaque` nodes (operators the IR does not model),
-Gather and GatherElements run as PyTorch indexing (the embedding lookups of exported
-transformers), the element-wise ones in `ONNX_ELEMENTWISE` (transformers' attention masks: IsNaN,
-Where) as their PyTorch functions, broadcasting as ONNX does; any other runs in onnxruntime on the host, which is only allowed where it is folded
-(weight-only): on the inference path it raises NotImplementedError.
+and a fused activation is a second kernel. Of the `opaque` nodes (operators the IR does not
+model), Gather and GatherElements run as PyTorch indexing (the embedding lookups of exported
+transformers), the element-wise ones in `ONNX_ELEMENTWISE` (transformers' attention masks:
+IsNaN, Where) as their PyTorch functions, broadcasting as ONNX does; any other runs in
+onnxruntime on the host, which is only allowed where it is folded (weight-only): on the
+inference path it raises NotImplementedError.
 """
 from __future__ import annotations
 
