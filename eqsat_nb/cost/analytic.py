@@ -221,7 +221,7 @@ A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_b
 # Not constrained by the sample (kept from the datasheet): transcendental 4.2 T/s, pool rate.
 # Priced by this roofline, the graphs the extraction picks still look faster than measured on
 # merge-heavy models (errors of +-40 % per op add up where the extraction can choose):
-# `--device h100-measured` prices by the measurement itself (README, "GPU truth").
+# `--device h100-measured` prices by the measurement itself (README, "GPU cost profiles").
 H100 = DeviceProfile("h100", matmul_flops=35.9e12, vector_flops=115e12, cache_bw=5.54e12,
                      dram_bw=5.54e12, cache_bytes=0, transcendental=4.2e12, pool=67e12,
                      transpose_eff=0.32, launch_us=3.8, sms=132, tile=32, split_view=True,
