@@ -4,11 +4,11 @@ profiles"), load without a GPU, price every operator of the benchmark models, an
 roofline in analytic.py is the fit of the H100 table that tools/calibrate_gpu.py prints."""
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
+from tool_module import load_tool
 
 from eqsat_nb.cost.analytic import H100, AnalyticCostModel
 from eqsat_nb.cost.calibrate import GPU_PARAMS, quality, usable
@@ -22,11 +22,7 @@ BENCHMARK = ("bert", "inceptionv3", "mobilenetv2", "nasneta", "nasrnn", "resnet5
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("calibrate_gpu",
-                                                  ROOT / "tools" / "calibrate_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("calibrate_gpu")
 
 
 @pytest.mark.parametrize("name,gpu", [("h100-measured", "H100"), ("h200-measured", "H200")])

@@ -8,7 +8,6 @@ rule passes).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from collections import Counter
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tool_module import load_tool
 
 from eqsat_nb.cli import main
 from eqsat_nb.errors import Loc, TirError
@@ -60,11 +60,7 @@ def shipped_rules() -> list[Rule]:
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("import_tensat",
-                                                  REPO / "tools" / "import_tensat.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("import_tensat")
 
 
 # ------------------------------------------------------------------------------ the loader
