@@ -78,7 +78,8 @@ def test_opaque_gathers_run_as_torch_indexing_and_weight_only_ones_are_folded():
     where = _opaque(helper.make_node("Where", ["c", "x", "y"], ["z"]), 3)
     cast = _opaque(helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.INT64), 1)
     text = f"""\
-func @f(%ids: tensor<2x3xi64>, %j: tensor<6x2xi64>, %x: tensor<6x4xf32>) -> (tensor<2x3x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<6x4xf32>, tensor<6x4xi64>) {{
+func @f(%ids: tensor<2x3xi64>, %j: tensor<6x2xi64>, %x: tensor<6x4xf32>)
+    -> (tensor<2x3x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<6x4xf32>, tensor<6x4xi64>) {{
   %e = weight @emb : tensor<6x4xf32>
   %k = weight @k : tensor<1xi64>
   %a = opaque(%e, %ids) {gather} : tensor<2x3x4xf32>
@@ -158,3 +159,44 @@ def test_gpu_truth_dry_run_writes_a_loadable_table_and_the_report(tmp_path, caps
     table = load_table(out / "cpu-torch-measured.json")
     assert len(table) == doc["table"]["measured"] and table.base_profile == "cpu"
     assert (out / "gpu_truth.md").read_text().startswith("Device: cpu")
+
+
+def test_opaque_zoo_cnn_operators_match_onnxruntime():
+    """The ONNX zoo CNNs' opaque nodes (opset 9): Softmax over the flattened dims from its
+    axis, LRN, AveragePool with pads that differ at the two ends, with and without the pad
+    counted: PyTorch's results against the interpreter's (onnxruntime)."""
+    from onnx import helper
+
+    from eqsat_nb import parse
+    from eqsat_nb.cost.torch_graph import Leaves, TorchGraph, relative_error
+    from eqsat_nb.ir import interp
+
+    def block(node):
+        from eqsat_nb.ir.opaque import encode_node
+        return (f'{{op = "{node.op_type}", opset = 9, onnx = '
+                f'"{encode_node(node, [True], [True])}"}}')
+    softmax = block(helper.make_node("Softmax", ["x"], ["y"], axis=1))
+    lrn = block(helper.make_node("LRN", ["x"], ["y"], size=3, alpha=2e-3, beta=0.7, bias=1.5))
+    pool = block(helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
+                                  strides=[2, 2], pads=[0, 1, 1, 2]))
+    pool_in = block(helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
+                                     strides=[2, 2], pads=[1, 0, 2, 1], count_include_pad=1))
+    text = f"""\
+func @f(%x: tensor<2x4x7x7xf32>)
+    -> (tensor<2x4x7x7xf32>, tensor<2x4x7x7xf32>, tensor<2x4x3x4xf32>, tensor<2x4x4x3xf32>) {{
+  %s = opaque(%x) {softmax} : tensor<2x4x7x7xf32>
+  %l = opaque(%x) {lrn} : tensor<2x4x7x7xf32>
+  %p = opaque(%x) {pool} : tensor<2x4x3x4xf32>
+  %q = opaque(%x) {pool_in} : tensor<2x4x4x3xf32>
+  return %s, %l, %p, %q
+}}
+"""
+    g = parse(text)
+    leaves = Leaves("cpu")
+    tg = TorchGraph(g, leaves)
+    env = {k: v.numpy() for k, v in leaves.tensors.items()}
+    want = [np.asarray(w, np.float64) for w in interp.run(g, env)]
+    got = tg.outputs()
+    for w, o in zip(want, got):
+        assert relative_error([w], [o]) < 1e-6
+    assert tg.kernels == 4

@@ -28,6 +28,7 @@ inference path it raises NotImplementedError.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -171,8 +172,10 @@ def lower_opaque(torch: Any, node: Any, ins_t: Sequence[TensorType], dev: Any,
                  on_host: bool) -> Callable[..., tuple[Any, ...]]:
     """An opaque node as a function returning a tuple of device tensors: Gather and
     GatherElements as PyTorch indexing (ONNX's negative indices wrapped), the operators of
-    `ONNX_ELEMENTWISE` and Cast as their PyTorch functions; any other through onnxruntime on the
-    host when `on_host` (a weight-only node, folded once), else NotImplementedError."""
+    `ONNX_ELEMENTWISE`, Cast, opset < 13 (Log)Softmax, LRN and an explicitly padded AveragePool
+    (the exported CNNs of the ONNX zoo) as their PyTorch functions; any other through
+    onnxruntime on the host when `on_host` (a weight-only node, folded once), else
+    NotImplementedError."""
     from onnx import helper
 
     from ..ir.opaque import ONNX_TO_DTYPE, decode_node, run_opaque
@@ -185,6 +188,19 @@ def lower_opaque(torch: Any, node: Any, ins_t: Sequence[TensorType], dev: Any,
     if onnx_domain and op in ONNX_ELEMENTWISE:
         f = getattr(torch, ONNX_ELEMENTWISE[op])
         return lambda *xs: (f(*xs),)
+    if onnx_domain and op in ("Softmax", "LogSoftmax") and node.attr["opset"] < 13:
+        shape = ins_t[0].shape          # opset < 13: over the dims from `axis` on, flattened
+        ax = attrs.get("axis", 1) % max(len(shape), 1)
+        rows = math.prod(shape[:ax])
+        f = torch.log_softmax if op == "LogSoftmax" else torch.softmax
+        return lambda x: (f(x.reshape(rows, -1), -1).reshape(x.shape),)
+    if onnx_domain and op == "LRN":     # ONNX's and PyTorch's LRN both divide alpha by size
+        size = attrs["size"]
+        alpha, beta = attrs.get("alpha", 1e-4), attrs.get("beta", 0.75)
+        bias, lrn = attrs.get("bias", 1.0), torch.nn.functional.local_response_norm
+        return lambda x: (lrn(x, size, alpha=alpha, beta=beta, k=bias),)
+    if onnx_domain and op == "AveragePool" and _plain_pool(attrs, ins_t[0]):
+        return _average_pool(torch, attrs, ins_t[0], dev)
     if onnx_domain and op == "Cast" and attrs.get("to") in ONNX_TO_DTYPE:
         dtype = torch_dtype(torch, ONNX_TO_DTYPE[attrs["to"]])
         return lambda x: (x.to(dtype),)
@@ -207,6 +223,35 @@ def lower_opaque(torch: Any, node: Any, ins_t: Sequence[TensorType], dev: Any,
         outs = run_opaque(node.attrs, [x.detach().cpu().numpy() for x in xs], ins_t, node.types)
         return tuple(torch.as_tensor(o).to(dev) for o in outs)
     return host
+
+
+def _plain_pool(attrs: Mapping[str, Any], x: TensorType) -> bool:
+    """An ONNX AveragePool over NCHW with explicit (or no) pads and floor rounding."""
+    return (len(x.shape) == 4 and attrs.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+            and not attrs.get("ceil_mode", 0) and len(attrs.get("kernel_shape", ())) == 2
+            and all(d == 1 for d in attrs.get("dilations", (1, 1))))
+
+
+def _average_pool(torch: Any, attrs: Mapping[str, Any], x: TensorType,
+                  dev: Any) -> Callable[..., tuple[Any, ...]]:
+    """ONNX AveragePool: pads may differ at the two ends (zero-padded first), and without
+    count_include_pad each window is divided by the cells it covers inside the input (the
+    average pool of a ones tensor padded alike, computed once)."""
+    f = torch.nn.functional
+    k = tuple(attrs["kernel_shape"])
+    stride = tuple(attrs.get("strides", (1, 1)))
+    t, left, b, right = tuple(attrs.get("pads", (0, 0, 0, 0)))[:4]    # begins, then ends
+    pad = (left, right, t, b)           # F.pad: last dim first
+    count: Any = None
+    if not attrs.get("count_include_pad", 0) and any(pad):
+        ones = torch.ones((1, 1) + tuple(x.shape[2:]), device=dev,
+                          dtype=torch_dtype(torch, x.dtype))
+        count = f.avg_pool2d(f.pad(ones, pad), k, stride)
+
+    def pool(v: Any) -> tuple[Any, ...]:
+        y = f.avg_pool2d(f.pad(v, pad) if any(pad) else v, k, stride)
+        return (y / count if count is not None else y,)
+    return pool
 
 
 def relative_error(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
