@@ -271,6 +271,26 @@ def main(argv: list[str] | None = None) -> int:
 _CTRL_C = [False]       # set by the SIGINT handler _watch_ctrl_c installs
 
 
+def entry() -> None:
+    """The `eqsat-nb` program: `main`, and after Ctrl-C an exit that runs the atexit handlers
+    (the spare ILP worker is killed) but not the interpreter's final collection, where an
+    llvmlite object left by a Numba compilation that Ctrl-C cut short prints a traceback of its
+    own ("Exception ignored in ... __del__")."""
+    code = main()
+    if code != EXIT_INTERRUPTED:
+        sys.exit(code)
+    import atexit
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if run_exit_handlers is not None:
+        run_exit_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def _watch_ctrl_c() -> None:
     """Python's own Ctrl-C handler, which also notes that Ctrl-C came: C code that swallows the
     KeyboardInterrupt it raises can turn it into another error (NumPy comparing structured
