@@ -245,7 +245,8 @@ def test_a_stalled_solve_is_stopped_and_reported_honestly(monkeypatch):
     warm_cost = dag.dag_cost(p, warm)
     monkeypatch.setattr(stop, "_CLOCK", Clock(step=1.0))
     monkeypatch.setattr(stop, "STALL_CLOSE", 0.5)
-    r = extract_ilp(p, time_limit=120, warm_start=warm, in_process=True, stall=5.0, restrict=())
+    r = extract_ilp(p, time_limit=120, warm_start=warm, in_process=True, stall=5.0, restrict=(),
+                    contract=False)     # contracted, the set cover is solved at once
     assert r.status == "stalled" and not r.optimal
     assert dag.is_valid(p, r.choice) and r.cost == pytest.approx(dag.dag_cost(p, r.choice))
     assert r.cost <= warm_cost and 0 < r.bound < r.cost
@@ -262,7 +263,7 @@ def test_without_the_rule_the_same_solve_runs_to_its_time_limit(monkeypatch):
     p = set_cover_problem()
     monkeypatch.setattr(stop, "_CLOCK", Clock(step=1.0))
     monkeypatch.setattr(stop, "STALL_CLOSE", 0.5)
-    r = extract_ilp(p, time_limit=1.5, in_process=True, restrict=())
+    r = extract_ilp(p, time_limit=1.5, in_process=True, restrict=(), contract=False)
     assert r.status == "time_limit" and not r.optimal and r.seconds >= 1.5
     assert not any(t["stalled"] or t["stopped"] for t in r.stats["trajectory"])
 
@@ -285,7 +286,7 @@ def test_a_stall_seen_after_the_deadline_is_a_time_limit(monkeypatch):
         return observe(self, primal, bound)
 
     monkeypatch.setattr(_Progress, "observe", late)
-    r = extract_ilp(p, time_limit=30.0, in_process=True, stall=1.0, restrict=())
+    r = extract_ilp(p, time_limit=30.0, in_process=True, stall=1.0, restrict=(), contract=False)
     assert r.status == "time_limit" and not r.optimal and r.seconds < 20
     assert r.stats["trajectory"][-1]["stalled"]
 
@@ -458,7 +459,7 @@ def test_a_solve_within_the_gap_is_stopped_and_reported_honestly(monkeypatch):
     warm_cost = dag.dag_cost(p, warm)
     monkeypatch.setattr(stop, "_CLOCK", Clock(step=1.0))
     r = extract_ilp(p, time_limit=120, warm_start=warm, in_process=True, stop_gap=0.35,
-                    restrict=())
+                    restrict=(), contract=False)
     assert r.status == "within_gap" and not r.optimal
     assert dag.is_valid(p, r.choice) and r.cost == pytest.approx(dag.dag_cost(p, r.choice))
     assert r.cost <= warm_cost and 0 < r.bound < r.cost

@@ -58,7 +58,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
                 verbose: bool = False, highs_options: dict[str, Any] | None = None,
                 restrict: tuple[int, ...] | None = None, stall: float = 0.0,
                 stop_gap: float = 0.0, neighbourhoods: bool | None = None,
-                deadline: float | None = None) -> IlpResult:
+                deadline: float | None = None, contract: bool | None = None) -> IlpResult:
     """Optimal DAG extraction (see the module docstring). `warm_start` (a valid selection, e.g.
     ocf+switch) is the MIP start and the fallback; with `in_process=False` the solve runs in a
     spawned subprocess killed after `time_limit + kill_margin` seconds. `restrict`: candidates
@@ -72,7 +72,9 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
     `deadline` (a time.perf_counter() reading): the call returns by then, preparation and HiGHS's
     overruns included (`time_limit` shrinks to what is left less DEADLINE_GRACE, and the worker
     is killed DEADLINE_RETURN before it, its last report kept), so a limit the user set holds as
-    wall time; in process only the time limit shrinks."""
+    wall time; in process only the time limit shrinks. `contract`: the glue-contracted model
+    (contracted.py) instead of the full one; None: where it applies (an acyclic model with at
+    least MIN_GLUE_SHARE glue), True: on any acyclic model, False: never."""
     from ..dag import dag_cost, is_valid, reachable
     from .prepare import prepare
 
@@ -99,7 +101,7 @@ def extract_ilp(problem, time_limit: float = 60.0, warm_start: np.ndarray | None
                 "restrict": None if restrict is None else tuple(int(k) for k in restrict),
                 "neighbourhoods": neighbourhoods,
                 "stall": float(stall),
-                "stop_gap": float(stop_gap)}
+                "stop_gap": float(stop_gap), "contract": contract}
         if not prep.feasible:          # a root has no acyclic derivation
             res = {"choice": None, "bound": 0.0, "cuts": 0, "status": "infeasible",
                    "optimal": False}

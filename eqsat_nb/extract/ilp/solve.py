@@ -23,6 +23,13 @@ candidates 0.5 s. Smaller models go to the full model at once: it finds such ans
 about a second there (BERT's run: optimal in 1.4 s), and a move would only add its model's
 building (NasRNN's run: 0.3 s more).
 
+Contracted model: on an acyclic model with at least a quarter of its candidates zero-cost glue
+(proj of a merged op) the full model is `contracted._Contracted`, which folds the glue into
+reachability and keeps one column per distinct non-glue candidate; it is exact there. TENSAT's
+BERT: proven optimal in 8 s (the full model: 44-49 s); the NasRNN and BERT benchmark runs'
+extraction 1.7 -> 0.5 s and 1.4 -> 0.3 s, same answers. Where glue is rare (ViT, TT) it lacks the
+dominator and closure rows' strength and the full model stays.
+
 What is reported is checked, not taken from HiGHS's status: every selection is walked (valid,
 acyclic, its DAG cost) before it counts; the solution HiGHS returns must have the objective HiGHS
 reports or a cost its dual bound proves (highspy 1.16 hands back a MIP start set with setSolution
@@ -43,7 +50,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import stop
+from . import contracted, stop
 from .model import _freed, _Model, _neighbourhoods, _presolve, _restricted
 from .selection import _agree, _find_cycles, _knuth_greedy, _tol, _valid_cost, _valid_walk
 from .stop import _Progress
@@ -158,8 +165,11 @@ def _solve(P: dict, opts: dict) -> dict:
         stats["neighbourhoods"] = _neighbourhood_phase(P, pre, inc, opts, end, cut_sets)
         stats["neighbourhoods"]["seconds"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
-    m = _Model(P, pre, opts)
-    inherited = sum(m.cycle_cut(sorted(S)) for S in cut_sets)
+    contract = opts.get("contract")     # None: where it applies; True: on any acyclic model
+    contract = contract is not False and contracted.applies(
+        P, pre, 0.0 if contract else contracted.MIN_GLUE_SHARE)
+    m = contracted._Contracted(P, pre, opts) if contract else _Model(P, pre, opts)
+    inherited = 0 if contract else sum(m.cycle_cut(sorted(S)) for S in cut_sets)
     stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3),
                                 "inherited_cuts": inherited}
     watch = _Progress(lambda: inc.cost, stall, start=c0, gap=stop_gap)

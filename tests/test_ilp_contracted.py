@@ -1,0 +1,117 @@
+"""The glue-contracted model (extract/ilp/contracted.py): exact on acyclic problems, checked
+against brute force and against the full model on problems shaped like merged ops."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eqsat_nb.extract import problem as pb
+from eqsat_nb.extract.ilp import extract_ilp
+from eqsat_nb.extract.ocf import extract_ocf
+from eqsat_nb.extract.ilp.contracted import applies
+from eqsat_nb.extract.ilp.model import _presolve
+from eqsat_nb.extract.ilp.selection import _arrays
+from test_ilp import brute_force, check
+
+
+def random_glue_problem(rng: np.random.Generator, C: int) -> pb.ExtractionProblem:
+    """Acyclic (children only in higher classes): 1-3 candidates per class, of which about half
+    are glue (zero cost, one child class) and the rest cost 1-9 with 0-3 children."""
+    node_class, cost, kids = [], [], []
+    for c in range(C):
+        below = C - 1 - c
+        for j in range(int(rng.integers(1, 4))):
+            node_class.append(c)
+            if below and (j or not rng.integers(0, 3)) and rng.integers(0, 2):
+                cost.append(0.0)
+                kids.append([int(rng.integers(c + 1, C))])
+            else:
+                cost.append(float(rng.integers(1, 10)))
+                k = min(int(rng.choice([0, 1, 1, 2, 3])), below)
+                kids.append([int(x) for x in rng.integers(c + 1, C, size=k)] if k else [])
+    return pb.from_arrays(C, node_class, cost, kids, [0])
+
+
+def merged_projections(n: int = 4) -> pb.ExtractionProblem:
+    """A root needs n projections p_0..p_{n-1} of one input x (class n+1, a leaf of cost 1);
+    each p_i is its own matmul (cost 4) or a proj (glue) of a merged matmul over a contiguous
+    run of them (cost 2 + 1.5 per part), and each merged class is also a proj of any longer run
+    containing it, in both nestings: the shape TENSAT's merges leave."""
+    runs = [(a, b) for a in range(n) for b in range(a + 2, n + 1)]
+    cls = {("p", i): i for i in range(n)}
+    root, x = n, n + 1
+    for r in runs:
+        cls[r] = len(cls) + 2
+    C = len(cls) + 2
+    node_class, cost, kids = [root, x], [0.5, 1.0], [[cls[("p", i)] for i in range(n)], []]
+
+    def node(c: int, w: float, ks: list[int]) -> None:
+        node_class.append(c)
+        cost.append(w)
+        kids.append(ks)
+    for i in range(n):
+        node(cls[("p", i)], 4.0, [x])
+        for r in runs:
+            if r[0] <= i < r[1]:
+                node(cls[("p", i)], 0.0, [cls[r]])
+    for r in runs:
+        node(cls[r], 2.0 + 1.5 * (r[1] - r[0]), [x])
+        for s in runs:
+            if s != r and s[0] <= r[0] and r[1] <= s[1]:
+                node(cls[r], 0.0, [cls[s]])
+    return pb.from_arrays(C, node_class, cost, kids, [root])
+
+
+def _contracted(r) -> bool:
+    layers = r.stats.get("layers") or [r.stats]
+    return any((lay.get("model") or {}).get("contracted") for lay in layers)
+
+
+def test_merged_projections_exact():
+    p = merged_projections(4)
+    on = extract_ilp(p, time_limit=30, in_process=True, contract=True)
+    off = extract_ilp(p, time_limit=30, in_process=True, contract=False)
+    check(p, on)
+    assert _contracted(on) and not _contracted(off)
+    assert on.optimal and off.optimal
+    # one merge of all four: x + 2 + 4 * 1.5 + the root
+    assert on.cost == pytest.approx(off.cost) == pytest.approx(1.0 + 8.0 + 0.5)
+
+
+def test_random_acyclic_against_brute_force():
+    rng = np.random.default_rng(3)
+    ran = 0
+    for _ in range(60):
+        p = random_glue_problem(rng, int(rng.integers(3, 7)))
+        r = extract_ilp(p, time_limit=10, in_process=True, contract=True)
+        check(p, r)
+        opt = brute_force(p)
+        assert r.optimal and r.cost == pytest.approx(opt)
+        ran += _contracted(r)
+    assert ran >= 10            # the simplifications leave glue to contract often enough
+
+
+def test_random_acyclic_against_full_model():
+    rng = np.random.default_rng(11)
+    ran = 0
+    for _ in range(25):
+        p = random_glue_problem(rng, int(rng.integers(20, 60)))
+        ws = extract_ocf(p)
+        on = extract_ilp(p, time_limit=20, in_process=True, contract=True, warm_start=ws)
+        off = extract_ilp(p, time_limit=20, in_process=True, contract=False, warm_start=ws)
+        check(p, on)
+        assert on.optimal and off.optimal
+        assert on.cost == pytest.approx(off.cost)
+        ran += _contracted(on)
+    assert ran >= 10
+
+
+def test_applies_only_to_acyclic_models_with_glue():
+    cyc = pb.from_arrays(2, [0, 0, 1, 1], [1.0, 0.0, 0.0, 3.0], [[1], [1], [0], []], [0])
+    P = _arrays(cyc)
+    assert not applies(P, _presolve(P))          # a cycle: the full model
+    P = _arrays(merged_projections(3))
+    assert applies(P, _presolve(P))
+    plain = pb.from_arrays(2, [0, 0, 1], [1.0, 2.0, 1.0], [[1], [1], []], [0])
+    P = _arrays(plain)
+    assert not applies(P, _presolve(P))          # no glue
