@@ -2,22 +2,30 @@
 
 A merged op leaves its parts as zero-cost single-child candidates (proj of a merged matmul, of a
 proj of it, ...): TENSAT's BERT after simplification is 7 433 candidates, half of them such glue,
-over a dozen projections of one input that two- and three-way merges cover in thousands of
+over two dozen projections of one input that two- and three-way merges cover in thousands of
 orders and nestings. The full model gives each of those nodes and classes a column, and HiGHS's
-tree search drowns in the copies (600 s leave a 2.35 % gap).
+tree search drowns in the copies (600 s left a 2.35 % gap).
 
 Here a class c is *covered* by a non-glue candidate j when c reaches j's class through glue
-candidates alone (class(j) in R(c)); the glue disappears, and a column per non-glue candidate
-remains: minimise Σ cost_j y_j such that each root is covered and each child class of a chosen
-candidate is covered (y_i ≤ Σ_{j covers c} y_j). Candidates equal in cost, children and what
-they cover are one column; one that another covers more than, with the same children and no
-higher cost, is dropped. On an acyclic problem this is exact: each valid selection's non-glue
-nodes are a solution of the same cost, and each solution gives a selection (each needed class
-takes the glue path to its nearest class with a chosen candidate) whose cost is no higher. On
-TENSAT's BERT the model has 1 236 columns and HiGHS proves the best known answer (398.44)
-optimal in 6-8 s. On cyclic problems it is a relaxation whose answers may be cyclic, and weaker
-than the full model's (TENSAT's NasRNN: 318.9 against the full LP's 325.5), so `applies` keeps it
-to acyclic ones.
+candidates alone; the glue disappears and a column per non-glue candidate remains: minimise
+Σ cost_j y_j such that each root is covered and, per class and child class, the class's columns
+that use the child sum to no more than the columns covering it (at most one candidate of a class
+is chosen). Candidates equal in cost, children and what they cover are one column; one that
+another covers more than, with the same children and no higher cost, is dropped. A valid
+selection's non-glue nodes are always a solution of the same cost, so the model's optimum is a
+lower bound.
+
+On an acyclic model it is exact: a solution gives a selection (each covered class takes the glue
+path to its nearest chosen candidate) of no higher cost. TENSAT's BERT: 1 236 columns, its best
+known answer (398.44) proven optimal in 8 s. On a cyclic one a solution may cover a class only
+through itself; a candidate never covers a class that every derivation of one of its children
+contains (dominators.py's D, closed transitively), which removes the short ones (a merged
+matmul covering a gate whose own input it reads), and `selection` grounds the chosen candidates
+bottom-up and derives only what grounds. There it is a relaxation, solved as a phase before the
+full model (solve._contracted_phase) for its answers: on TENSAT's NasRNN it finds 353.03-355.03
+in 4-9 s, which the full model had not found in 600 s (356.40); its bound is weaker (343-344
+against 346). Where glue is rare (ViT, TT) it lacks the full model's dominator and closure rows
+and the full model is better, so both uses need MIN_GLUE_SHARE glue.
 
 It offers `_cut_loop` what `model._Model` does: h, obj, ncol, stats, start_vector, selection.
 """
@@ -51,6 +59,16 @@ def applies(P: dict, pre: dict, min_share: float = MIN_GLUE_SHARE) -> bool:
     return n > 0 and int(glue_nodes(P, pre).sum()) >= min_share * n
 
 
+def relaxes(P: dict, pre: dict, min_share: float = MIN_GLUE_SHARE) -> bool:
+    """Whether a cyclic model gets the contracted model as a phase before the full one (a
+    relaxation there: its bound holds, its acyclic answers are offered): at least `min_share` of
+    its candidates glue."""
+    if not pre["cyclic"].any():
+        return False
+    n = sum(len(cs) for cs in pre["cand"])
+    return n > 0 and int(glue_nodes(P, pre).sum()) >= min_share * n
+
+
 class _Contracted:
     """The HiGHS model over the non-glue candidates (see the module docstring)."""
 
@@ -74,10 +92,13 @@ class _Contracted:
                     below[c].append(k)
                     above[k].append(int(c))
         free = ~model
-        order = _topo(C, below, model)                      # children before parents
-        for c in order:
-            if not free[c] and any(free[k] for k in below[c]):
-                free[c] = True
+        order = _topo(C, below)         # children before parents (on a glue cycle, some order)
+        changed = True
+        while changed:                  # one pass unless the glue has cycles
+            changed = False
+            for c in order:
+                if not free[c] and any(free[k] for k in below[c]):
+                    free[c] = changed = True
         self.free, self.below = free, below
         # needed classes: the roots and the model children of the non-glue candidates
         solid = [int(i) for c in np.flatnonzero(model) for i in cand[c] if not glue[i]]
@@ -87,17 +108,29 @@ class _Contracted:
             for k in kids[i]:
                 needed[k] = True
         needed &= ~free
-        # up[k]: the needed classes that reach k through glue (k itself included)
-        up: list[frozenset] = [frozenset()] * C
-        for c in reversed(order):                           # parents before children
-            s = set().union(*(up[p] for p in above[c])) if above[c] else set()
-            if needed[c]:
-                s.add(int(c))
-            up[c] = frozenset(s)
+        # up[k]: the needed classes that reach k through glue (k itself included): all of them,
+        # or a valid selection's image could break a row
+        grow: list[set[int]] = [{int(c)} if needed[c] else set() for c in range(C)]
+        changed = True
+        while changed:                  # parents before children: one pass on acyclic glue
+            changed = False
+            for c in reversed(order):
+                for p in above[c]:
+                    if not grow[p] <= grow[c]:
+                        grow[c] |= grow[p]
+                        changed = True
+        up = [frozenset(x) for x in grow]
+        # on a cyclic model: a candidate never covers a class that every derivation of one of
+        # its children contains (that class would stand on itself); on an acyclic one there is
+        # no such class
+        self.exact = not pre["cyclic"].any()
+        dstar = {} if self.exact else _dominator_closure(P)
         # columns: one per (cost, children, coverage), dominated ones dropped
         groups: dict[tuple, list[int]] = {}
         for i in solid:
             cov = up[int(ncls[i])]
+            if not self.exact:
+                cov = cov - frozenset(kids[i]).union(*(dstar.get(int(k), ()) for k in kids[i]))
             if not cov:
                 continue
             need = frozenset(k for k in kids[i] if not free[k])
@@ -126,9 +159,13 @@ class _Contracted:
         self.ncol = n = nodes.size
         col = {int(i): q for q, i in enumerate(nodes.tolist())}
         covers: dict[int, list[int]] = {}
-        for q, i in enumerate(nodes.tolist()):
-            for c in up[int(ncls[i])]:
-                covers.setdefault(c, []).append(q)
+        self._cover_of: dict[int, frozenset] = {}
+        for key, members in groups.items():
+            q = col.get(members[0])
+            if q is not None:
+                self._cover_of[members[0]] = key[2]
+                for c in key[2]:
+                    covers.setdefault(c, []).append(q)
         self.covers = covers
 
         self.h = h = highspy.Highs()
@@ -157,13 +194,21 @@ class _Contracted:
                 idx.extend(cv)
                 val.extend([1.0] * len(cv))
         n_roots = len(lo)
-        users: dict[tuple[int, int], list[int]] = {}    # (class, child) -> its columns
+        # rows per (class, child): a column stands for candidates of other classes with its
+        # coverage too, and a valid selection's image keeps at most one column a class once
+        # columns covering no more than another chosen one are dropped; that holds where the
+        # coverage is the class's (acyclic). On a cyclic model two columns of a class can
+        # cover differently, so there a row per column.
+        users: dict[tuple[int, int], list[int]] = {}
         for q, i in enumerate(nodes.tolist()):
             for k in kids[i]:
                 if not free[k]:
-                    users.setdefault((int(ncls[i]), int(k)), []).append(q)
+                    users.setdefault((int(ncls[i]) if self.exact else -1 - q, int(k)),
+                                     []).append(q)
         for (_, k), us in users.items():
             cv = covers.get(k, [])
+            if not self.exact:          # (a column never covers its own child; defensive)
+                us = [u for u in us if u not in cv]
             lo.append(-inf)         # Σ_{i in c uses k} y_i - Σ_{j covers k} y_j <= 0
             starts.append(len(idx))
             idx.extend(us)
@@ -201,64 +246,137 @@ class _Contracted:
         return v
 
     def selection(self, colv: np.ndarray) -> np.ndarray:
-        """The selection a solution stands for: every class reached from the roots takes its
-        chosen candidate, else the glue path to its nearest class with one (or a free class)."""
+        """The selection a solution stands for, built bottom-up: the chosen candidates are
+        grounded in rounds (a candidate is ready once each of its children is free or covered by
+        one ready before); each covered class, in the order of its earliest covering round,
+        takes the glue path to its nearest class that is already derived, free, or has a chosen
+        candidate of a round no later than that. So every class stands on earlier rounds only
+        and the selection is acyclic. What no round grounds (on a cyclic model, a class covered
+        only through itself) stays underived, and the selection then fails its check."""
         P, pre = self.P, self.pre
         C = P["n_classes"]
-        fixed, kids = pre["fixed"], pre["kids"]
-        chosen = np.full(C, -1, np.int64)
-        for i in self.nodes[colv > 0.5].tolist():
-            chosen[int(P["node_class"][i])] = i
+        fixed, kids, ncls = pre["fixed"], pre["kids"], P["node_class"]
+        rounds = self._grounded(self.nodes[colv > 0.5].tolist())
+        chosen = np.full(C, -1, np.int64)      # per class: its chosen candidate, earliest round
+        level = np.full(C, np.iinfo(np.int64).max, np.int64)
+        first: dict[int, int] = {}              # covered class -> its earliest covering round
+        for i, r in rounds.items():
+            c = int(ncls[i])
+            if r < level[c]:
+                chosen[c], level[c] = i, r
+            for k in self._cover_of[i]:
+                if r < first.get(k, r + 1):
+                    first[k] = r
         sel = np.full(C, -1, np.int64)
         sel[fixed >= 0] = fixed[fixed >= 0]
-        todo = [int(r) for r in P["roots"]]
+        for c in sorted(first, key=lambda k: (first[k], k)):
+            if sel[c] < 0:
+                self._derive(c, first[c], chosen, level, sel)
+        todo = [int(r) for r in P["roots"]]     # free classes on the way: their glue path
+        seen = np.zeros(C, bool)
         while todo:
             c = todo.pop()
-            if sel[c] >= 0 and fixed[c] < 0:
+            if seen[c]:
                 continue
-            if fixed[c] >= 0:
-                continue
-            path = self._glue_path(c, chosen, sel)
-            for a, i in path:
-                if sel[a] < 0:
-                    sel[a] = i
-                    todo.extend(int(k) for k in kids[i])
+            seen[c] = True
+            if sel[c] < 0 and self.free[c]:
+                self._derive(c, -1, chosen, level, sel)
+            if sel[c] >= 0:
+                todo.extend(int(k) for k in kids[int(sel[c])])
         return sel
 
-    def _glue_path(self, c: int, chosen: np.ndarray, sel: np.ndarray) -> list[tuple[int, int]]:
-        """(class, candidate) steps from c: its chosen candidate, or the glue candidates along
-        a shortest glue path to a class with a chosen candidate, a selected one or a free one
-        (empty when none: the selection is then incomplete and fails its check)."""
-        if chosen[c] >= 0:
-            return [(c, int(chosen[c]))]
-        cand, kids, glue = self.pre["cand"], self.pre["kids"], self.glue
+    def _grounded(self, picked: list[int]) -> dict[int, int]:
+        """Round per chosen candidate that grounds (see `selection`)."""
+        kids, free = self.pre["kids"], self.free
+        covered: set[int] = set()
+        out: dict[int, int] = {}
+        left = list(picked)
+        r = 0
+        while left:
+            ready = [i for i in left if all(free[k] or k in covered for k in kids[i])]
+            if not ready:
+                break
+            for i in ready:
+                out[i] = r
+                covered |= self._cover_of[i]
+            left = [i for i in left if i not in out]
+            r += 1
+        return out
+
+    def _derive(self, c: int, r: int, chosen: np.ndarray, level: np.ndarray,
+                sel: np.ndarray) -> None:
+        """Derive class c (breadth first over glue) up to the nearest class already derived or,
+        for r >= 0, free or with a chosen candidate of round <= r; sets `sel` on the way.
+        Nothing when there is none."""
+        cand, kids, glue, free = self.pre["cand"], self.pre["kids"], self.glue, self.free
+
+        def end(k: int) -> bool:
+            return sel[k] >= 0 or (r >= 0 and (bool(free[k]) or level[k] <= r))
+
         back: dict[int, tuple[int, int]] = {c: (-1, -1)}
         front = [c]
-        while front:
+        found = c if end(c) and sel[c] < 0 else -1
+        while front and found < 0:
             nxt = []
             for a in front:
                 for i in cand[a]:
-                    if not glue[i]:
-                        continue
-                    (k,) = kids[i]
-                    if k in back:
-                        continue
-                    back[k] = (a, i)
-                    if chosen[k] >= 0 or sel[k] >= 0 or self.free[k]:
-                        steps = [(k, int(chosen[k]))] if chosen[k] >= 0 and sel[k] < 0 else []
-                        while k != c:
-                            a_, i_ = back[k]
-                            steps.append((a_, i_))
-                            k = a_
-                        return steps[::-1]
-                    nxt.append(k)
+                    if glue[i]:
+                        (k,) = kids[i]
+                        if k not in back:
+                            back[k] = (a, i)
+                            if end(k):
+                                found = k
+                                break
+                            nxt.append(k)
+                if found >= 0:
+                    break
             front = nxt
-        return []
+        if found < 0:
+            return
+        if sel[found] < 0 and r >= 0 and level[found] <= r:
+            sel[found] = chosen[found]          # (a free class without one: derived later)
+        k = found
+        while k != c:
+            a, i = back[k]
+            if sel[a] < 0:
+                sel[a] = i
+            k = a
 
 
-def _topo(C: int, below: list[list[int]], model: np.ndarray) -> list[int]:
-    """All classes, each after the classes it reaches through glue (the glue graph of an acyclic
-    model is acyclic)."""
+def _dominator_closure(P: dict) -> dict[int, frozenset]:
+    """D*(c): every class each derivation of c contains, from the covering pairs (c, k) of
+    dominators.py (k in D(c)) closed transitively; none where the pairs were not built."""
+    pairs = np.asarray(P.get("dominators", np.zeros((0, 2), np.int64)), np.int64)
+    nxt: dict[int, list[int]] = {}
+    for c, k in pairs.tolist():
+        if c != k:
+            nxt.setdefault(c, []).append(k)
+    out: dict[int, frozenset] = {}
+    for s in nxt:
+        if s in out:
+            continue
+        stack = [s]
+        busy = {s}
+        while stack:            # depth first, each class after what it reaches
+            c = stack[-1]
+            todo = [k for k in nxt.get(c, ()) if k not in out and k not in busy]
+            if todo:
+                busy.update(todo)
+                stack.extend(todo)
+                continue
+            stack.pop()
+            busy.discard(c)
+            acc: set[int] = set()
+            for k in nxt.get(c, ()):
+                acc.add(k)
+                acc |= out.get(k, frozenset())
+            out[c] = frozenset(acc)
+    return out
+
+
+def _topo(C: int, below: list[list[int]]) -> list[int]:
+    """All classes, each after the classes it reaches through glue where the glue has no cycle
+    through them."""
     state = np.zeros(C, np.int8)
     out: list[int] = []
     for s in range(C):
