@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import _kept
+from .model import _kept, new_highs
 from .selection import _post_order, _valid_cost
 
 MIN_GLUE_SHARE = 0.25       # of the model's candidates: with less glue the full model is kept
@@ -168,15 +168,8 @@ class _Contracted:
                     covers.setdefault(c, []).append(q)
         self.covers = covers
 
-        self.h = h = highspy.Highs()
+        self.h = h = new_highs(opts)
         inf = highspy.kHighsInf
-        h.setOptionValue("output_flag", bool(opts.get("verbose", False)))
-        h.setOptionValue("threads", 1)
-        h.setOptionValue("random_seed", int(opts.get("seed", 0)))
-        h.setOptionValue("mip_rel_gap", float(opts.get("rel_gap", 0.0)))
-        h.setOptionValue("mip_abs_gap", 1e-7)
-        for k, v in (opts.get("highs") or {}).items():
-            h.setOptionValue(k, v)
         self.obj = obj = cost[nodes].astype(np.float64)
         h.addVars(n, np.zeros(n), np.ones(n))
         if n:

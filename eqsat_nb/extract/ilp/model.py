@@ -187,6 +187,22 @@ def _kept(pre: dict, choice: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # The model
 
+def new_highs(opts: dict) -> Any:
+    """A HiGHS instance set up as every model of a solve is: quiet unless `verbose`, one
+    thread, the seed, the relative gap, and the caller's own options last."""
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(opts.get("verbose", False)))
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", int(opts.get("seed", 0)))
+    h.setOptionValue("mip_rel_gap", float(opts.get("rel_gap", 0.0)))
+    h.setOptionValue("mip_abs_gap", 1e-7)
+    for k, v in (opts.get("highs") or {}).items():
+        h.setOptionValue(k, v)
+    return h
+
+
 class _Model:
     """The HiGHS model of a presolved problem: columns a_c (model classes), x_i (their
     candidates), t_c (classes of cyclic components, acyclic="order" only)."""
@@ -213,15 +229,8 @@ class _Model:
         t_col[tclasses] = ncol + np.arange(tclasses.size)
         self.ntotal = ntotal = ncol + tclasses.size
 
-        self.h = h = highspy.Highs()
+        self.h = h = new_highs(opts)
         self.inf = inf = highspy.kHighsInf
-        h.setOptionValue("output_flag", bool(opts.get("verbose", False)))
-        h.setOptionValue("threads", 1)
-        h.setOptionValue("random_seed", int(opts.get("seed", 0)))
-        h.setOptionValue("mip_rel_gap", float(opts.get("rel_gap", 0.0)))
-        h.setOptionValue("mip_abs_gap", 1e-7)
-        for k, v in (opts.get("highs") or {}).items():
-            h.setOptionValue(k, v)
         lower = np.zeros(ntotal)
         upper = np.ones(ntotal)
         for r in P["roots"]:
