@@ -9,11 +9,11 @@ tree search drowns in the copies (600 s left a 2.35 % gap).
 Here a class c is *covered* by a non-glue candidate j when c reaches j's class through glue
 candidates alone; the glue disappears and a column per non-glue candidate remains: minimise
 Σ cost_j y_j such that each root is covered and, per class and child class, the class's columns
-that use the child sum to no more than the columns covering it (at most one candidate of a class
-is chosen). Candidates equal in cost, children and what they cover are one column; one that
-another covers more than, with the same children and no higher cost, is dropped. A valid
-selection's non-glue nodes are always a solution of the same cost, so the model's optimum is a
-lower bound.
+that use the child sum to no more than the columns covering it (per column on a cyclic model).
+Candidates equal in cost, children and what they cover are one column; one that another covers
+more than, with the same children and no higher cost, is dropped. A valid selection's non-glue
+nodes, each as its column and with the columns that cover no more than another dropped, are a
+solution of no higher cost, so the model's optimum is a lower bound.
 
 On an acyclic model it is exact: a solution gives a selection (each covered class takes the glue
 path to its nearest chosen candidate) of no higher cost. TENSAT's BERT: 1 236 columns, its best
@@ -22,10 +22,11 @@ through itself; a candidate never covers a class that every derivation of one of
 contains (dominators.py's D, closed transitively), which removes the short ones (a merged
 matmul covering a gate whose own input it reads), and `selection` grounds the chosen candidates
 bottom-up and derives only what grounds. There it is a relaxation, solved as a phase before the
-full model (solve._contracted_phase) for its answers: on TENSAT's NasRNN it finds 353.03-355.03
-in 4-9 s, which the full model had not found in 600 s (356.40); its bound is weaker (343-344
-against 346). Where glue is rare (ViT, TT) it lacks the full model's dominator and closure rows
-and the full model is better, so both uses need MIN_GLUE_SHARE glue.
+full model (solve._contracted_phase) for its answers: on TENSAT's NasRNN it finds 353.03 in
+4-6 s, which the full model had not found in 600 s (356.40), and given 143 s it proves it
+optimal; its bound in the first 30 s is weaker (339-344 against the full model's 346). Where
+glue is rare (ViT, TT) it lacks the full model's dominator and closure rows and the full model is
+better, so both uses need MIN_GLUE_SHARE glue.
 
 It offers `_cut_loop` what `model._Model` does: h, obj, ncol, stats, start_vector, selection.
 """
