@@ -54,18 +54,17 @@ def glue_nodes(P: dict, pre: dict) -> np.ndarray:
 def applies(P: dict, pre: dict, min_share: float = MIN_GLUE_SHARE) -> bool:
     """Whether the contracted model replaces the full one: an acyclic model (where it is exact)
     with at least `min_share` of its candidates glue."""
-    if pre["cyclic"].any():
-        return False
-    n = sum(len(cs) for cs in pre["cand"])
-    return n > 0 and int(glue_nodes(P, pre).sum()) >= min_share * n
+    return not pre["cyclic"].any() and _enough_glue(P, pre, min_share)
 
 
 def relaxes(P: dict, pre: dict, min_share: float = MIN_GLUE_SHARE) -> bool:
     """Whether a cyclic model gets the contracted model as a phase before the full one (a
     relaxation there: its bound holds, its acyclic answers are offered): at least `min_share` of
     its candidates glue."""
-    if not pre["cyclic"].any():
-        return False
+    return bool(pre["cyclic"].any()) and _enough_glue(P, pre, min_share)
+
+
+def _enough_glue(P: dict, pre: dict, min_share: float) -> bool:
     n = sum(len(cs) for cs in pre["cand"])
     return n > 0 and int(glue_nodes(P, pre).sum()) >= min_share * n
 
@@ -100,7 +99,7 @@ class _Contracted:
             for c in order:
                 if not free[c] and any(free[k] for k in below[c]):
                     free[c] = changed = True
-        self.free, self.below = free, below
+        self.free = free
         # needed classes: the roots and the model children of the non-glue candidates
         solid = [int(i) for c in np.flatnonzero(model) for i in cand[c] if not glue[i]]
         needed = np.zeros(C, bool)
@@ -167,7 +166,6 @@ class _Contracted:
                 self._cover_of[members[0]] = key[2]
                 for c in key[2]:
                     covers.setdefault(c, []).append(q)
-        self.covers = covers
 
         self.h = h = new_highs(opts)
         inf = highspy.kHighsInf
@@ -199,10 +197,8 @@ class _Contracted:
                 if not free[k]:
                     users.setdefault((int(ncls[i]) if self.exact else -1 - q, int(k)),
                                      []).append(q)
-        for (_, k), us in users.items():
-            cv = covers.get(k, [])
-            if not self.exact:          # (a column never covers its own child; defensive)
-                us = [u for u in us if u not in cv]
+        for (_, k), us in users.items():     # (a column never covers its own child: its
+            cv = covers.get(k, [])              # coverage leaves out its children)
             lo.append(-inf)         # Σ_{i in c uses k} y_i - Σ_{j covers k} y_j <= 0
             starts.append(len(idx))
             idx.extend(us)

@@ -175,7 +175,7 @@ def _solve(P: dict, opts: dict) -> dict:
     share = 0.0 if contract else contracted.MIN_GLUE_SHARE
     loop: dict[str, Any] | None = None
     inherited = 0
-    if contract is not False and contracted.relaxes(P, pre, share) and inc.choice is not None:
+    if contract is not False and inc.choice is not None and contracted.relaxes(P, pre, share):
         phase = stats["contracted"] = _contracted_phase(
             P, pre, inc, opts, t + CONTRACTED_SHARE * max(deadline - t, 0.0), stop_gap)
         if phase["done"]:           # its bound proves the incumbent (within the gap rule's gap)
@@ -183,9 +183,9 @@ def _solve(P: dict, opts: dict) -> dict:
                     "resolves": 0}
         t = time.perf_counter()
     if loop is None:
-        contract = contract is not False and contracted.applies(P, pre, share)
-        m = contracted._Contracted(P, pre, opts) if contract else _Model(P, pre, opts)
-        inherited = 0 if contract else sum(m.cycle_cut(sorted(S)) for S in cut_sets)
+        whole = contract is not False and contracted.applies(P, pre, share)
+        m = contracted._Contracted(P, pre, opts) if whole else _Model(P, pre, opts)
+        inherited = 0 if whole else sum(m.cycle_cut(sorted(S)) for S in cut_sets)
         stats["model"] = m.stats | {"seconds": round(time.perf_counter() - t, 3),
                                     "inherited_cuts": inherited}
         watch = _Progress(lambda: inc.cost, stall, start=c0, gap=stop_gap)
