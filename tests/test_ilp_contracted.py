@@ -8,7 +8,8 @@ import pytest
 from eqsat_nb.extract import problem as pb
 from eqsat_nb.extract.ilp import extract_ilp
 from eqsat_nb.extract.ocf import extract_ocf
-from eqsat_nb.extract.ilp.contracted import _Contracted, _dominator_closure, applies
+from eqsat_nb.extract.ilp.contracted import (_Contracted, _dominator_closure, _undominated,
+                                             applies)
 from eqsat_nb.extract.ilp.model import _presolve
 from eqsat_nb.extract.ilp.prepare import _with_rows
 from eqsat_nb.extract.ilp.selection import _arrays, _valid_walk
@@ -184,3 +185,61 @@ def test_dominator_closure():
     d = _dominator_closure(P)
     assert d[0] == {1, 2, 3} and d[1] == {2, 3} and d[4] == {2, 3} and d[2] == {3}
     assert _dominator_closure({}) == {}
+
+
+def test_undominated_columns():
+    """A column is dropped for a kept one that costs no more, needs a subset of its children and
+    covers a superset; the dropped one's head maps to it."""
+    f = frozenset
+    groups = {(2.0, f({5}), f({1})): [10], (2.0, f({5, 6}), f({1})): [11],
+              (1.0, f({5, 6, 7}), f({1, 2})): [12], (2.0, f({6}), f({1})): [13],
+              (3.0, f({5}), f({1, 3})): [14], (2.5, f({5}), f({1})): [15]}
+    cols, rep = _undominated(groups)
+    assert sorted(cols) == [10, 12, 13, 14]
+    assert rep == {11: 10, 15: 10}
+
+
+def stacked_gates(cells: int = 3) -> pb.ExtractionProblem:
+    """An RNN-like chain h_0 -> h_1 -> ...: cell t's gate g_t needs h_{t-1}, its activation a_t is
+    relu(g_t) (cost 2) or a projection (glue) of relu(concat(g_t, g_u)) for another cell u (cost
+    2 too, the shape TENSAT's merges leave), and h_t = tanh(a_t) (cost 5). The merged relu never
+    pays: it is the same cost and needs the other cell's gate as well (a cycle for u > t)."""
+    node_class, cost, kids = [], [], []
+    h = [3 * t for t in range(cells + 1)]           # h_t, g_t = h_t + 1, a_t = h_t + 2
+    C = 3 * cells + 1
+    stacked = {}
+    for t in range(1, cells + 1):
+        for u in range(1, cells + 1):
+            if u != t:
+                stacked[(t, u)] = C
+                C += 1
+
+    def node(c: int, w: float, ks: list[int]) -> None:
+        node_class.append(c)
+        cost.append(w)
+        kids.append(ks)
+    node(h[0], 1.0, [])
+    for t in range(1, cells + 1):
+        g, a = h[t - 1] + 1, h[t - 1] + 2
+        node(g, 3.0, [h[t - 1]])
+        node(a, 2.0, [g])
+        node(h[t], 5.0, [a])
+        for u in range(1, cells + 1):
+            if u != t:
+                node(a, 0.0, [stacked[(t, u)]])
+                node(stacked[(t, u)], 2.0, [g, h[u - 1] + 1])
+    return pb.from_arrays(C, node_class, cost, kids, [h[cells]])
+
+
+def test_stacked_gates_dropped():
+    """The merged relus are dominated by each gate's own relu: the contracted model keeps none of
+    them, and its optimum is the chain's (cells x (3 + 2 + 5) + h_0)."""
+    p = stacked_gates(3)
+    P = _with_rows(p)
+    pre = _presolve(P)
+    assert pre["cyclic"].any()
+    m = _Contracted(P, pre, {})
+    assert all(len(pre["kids"][int(i)]) <= 1 for i in m.nodes)
+    r = extract_ilp(p, time_limit=10, in_process=True, warm_start=extract_ocf(p))
+    check(p, r)
+    assert r.optimal and r.cost == pytest.approx(3 * 10.0 + 1.0) == pytest.approx(brute_force(p))

@@ -68,7 +68,8 @@ NEIGHBOURHOOD_SECONDS = 3.0     # at most, and at most RESTRICT_SHARE of the tim
 NEIGHBOURHOOD_MOVE_SECONDS = 1.0    # at most a move (TENSAT's BERT: its improving move 0.5 s)
 NEIGHBOURHOOD_MAX_SHARE = 0.5   # of the model's classes: a larger group is not a neighbourhood
 NEIGHBOURHOOD_GLUE_DEPTH = 4    # levels of zero-cost classes below a group that are freed with it
-CONTRACTED_SHARE = 0.25         # of the time left, at most, for the contracted phase (cyclic)
+CONTRACTED_SHARE = 0.25         # of the time left, for the contracted phase (cyclic) ...
+CONTRACTED_MAX_SHARE = 0.5      # ... and up to this while its bound beats the full model's LP
 CONTRACTED_HIGHS = {"presolve": "off"}  # the phase's answers sooner (TENSAT's NasRNN: 353.03 at
                                         # 3.3-3.8 s instead of 4-10 s; its bound 1 % lower)
 
@@ -176,8 +177,10 @@ def _solve(P: dict, opts: dict) -> dict:
     loop: dict[str, Any] | None = None
     inherited = 0
     if contract is not False and inc.choice is not None and contracted.relaxes(P, pre, share):
+        left = max(deadline - t, 0.0)
         phase = stats["contracted"] = _contracted_phase(
-            P, pre, inc, opts, t + CONTRACTED_SHARE * max(deadline - t, 0.0), stop_gap)
+            P, pre, inc, opts, t + CONTRACTED_SHARE * left, t + CONTRACTED_MAX_SHARE * left,
+            stop_gap)
         if phase["done"]:           # its bound proves the incumbent (within the gap rule's gap)
             loop = {"status": phase["stopped"] or "optimal", "cuts": 0, "rounds": 0,
                     "resolves": 0}
@@ -212,34 +215,58 @@ def _solve(P: dict, opts: dict) -> dict:
 
 
 def _contracted_phase(P: dict, pre: dict, inc: _Incumbent, opts: dict, end: float,
-                      stop_gap: float) -> dict:
-    """The glue-contracted model (contracted.py) of a cyclic model, solved until `end` or until
-    the stall or gap rule stops it: a relaxation of the problem, so its dual bound holds and is
-    kept; each answer whose grounded part is an acyclic selection is offered. `done`: its bound
-    proves the incumbent, or proves it within `stop_gap` (the gap rule). On TENSAT's NasRNN its
-    first seconds find 353.03, which the full model had not found in 600 s (356.40)."""
+                      longest: float, stop_gap: float) -> dict:
+    """The glue-contracted model (contracted.py) of a cyclic model, solved until `end` (until
+    `longest` while its bound stands above the full model's LP bound: it is then the stronger
+    formulation, and its tree search tends to close late, all at once) or until the stall or gap
+    rule stops it: a relaxation of the problem, so its dual bound holds and is kept, and so is
+    the LP bound; each answer whose grounded part is an acyclic selection is offered. `done`: its
+    bound proves the incumbent, or proves it within `stop_gap` (the gap rule). TENSAT's NasRNN:
+    LP 325.5, the phase 346.0 after its root and optimal (353.03) at 10-11 s; the NasRNN e-graph
+    of nasrnn_cyclic_20k: LP 641.0 over the phase's 636.2, so the full model goes on at `end`."""
     t = time.perf_counter()
+    lp = _lp_bound(P, pre, opts, longest)
+    inc.offer_bound(lp)
     m = contracted._Contracted(P, pre, opts | {"highs": CONTRACTED_HIGHS | (opts.get("highs")
                                                                           or {})})
     built = time.perf_counter() - t
     watch = _Progress(lambda: inc.cost, float(opts.get("stall", 0.0)), start=stop._CLOCK(),
                       gap=stop_gap)
 
+    def progress(primal: float, dual: float) -> bool:
+        return watch.observe(primal, dual) or \
+            (time.perf_counter() >= end and watch.bound <= lp)
+
     def improving(colv: np.ndarray) -> None:
         inc.offer(m.selection(colv))    # walked there: a cyclic or partial one is refused
 
     start = m.start_vector(inc.choice) if inc.choice is not None else None
-    kind, ms, colv, db, _ = run_checked(m.h, m.obj, start, end, on_improving=improving,
-                                        on_progress=watch.observe)
+    kind, ms, colv, db, _ = run_checked(m.h, m.obj, start, longest, on_improving=improving,
+                                        on_progress=progress)
     if colv is not None:
         inc.offer(m.selection(colv))
     inc.offer_bound(max(db, watch.bound))
     proven = inc.choice is not None and inc.cost - inc.bound <= _tol(inc.cost)
-    return {"columns": m.ncol, "build_seconds": round(built, 3),
+    return {"columns": m.ncol, "build_seconds": round(built, 3), "lp_bound": lp,
             "seconds": round(time.perf_counter() - t, 2), "cost": inc.cost, "bound": db,
             "stopped": None if proven else watch.stopped,
             "done": proven or watch.stopped == "within_gap",
             "points": watch.record()["points"]}
+
+
+def _lp_bound(P: dict, pre: dict, opts: dict, deadline: float) -> float:
+    """The full model's LP relaxation bound (a bound on the optimum; -inf when HiGHS does not
+    solve it by `deadline`)."""
+    import highspy
+
+    m = _Model(P, pre, opts)
+    n = m.ntotal
+    m.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.zeros(n, np.uint8))
+    m.h.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.01))
+    m.h.run()
+    if m.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return -np.inf
+    return float(m.h.getInfo().objective_function_value)
 
 
 def _neighbourhood_phase(P: dict, pre: dict, inc: _Incumbent, opts: dict, end: float,
