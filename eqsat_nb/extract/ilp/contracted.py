@@ -10,10 +10,11 @@ Here a class c is *covered* by a non-glue candidate j when c reaches j's class t
 candidates alone; the glue disappears and a column per non-glue candidate remains: minimise
 Σ cost_j y_j such that each root is covered and, per class and child class, the class's columns
 that use the child sum to no more than the columns covering it (per column on a cyclic model).
-Candidates equal in cost, children and what they cover are one column; one that another covers
-more than, with the same children and no higher cost, is dropped. A valid selection's non-glue
-nodes, each as its column and with the columns that cover no more than another dropped, are a
-solution of no higher cost, so the model's optimum is a lower bound.
+Candidates equal in cost, children and what they cover are one column; one that another costs
+no less than, needs no fewer children than and covers no more than is dropped (`_undominated`).
+A valid selection's non-glue nodes, each as its column and with the columns that cover no more
+than another chosen one dropped, are a solution of no higher cost, so the model's optimum is a
+lower bound.
 
 On an acyclic model it is exact: a solution gives a selection (each covered class takes the glue
 path to its nearest chosen candidate) of no higher cost. TENSAT's BERT: 1 236 columns, its best
@@ -22,9 +23,10 @@ through itself; a candidate never covers a class that every derivation of one of
 contains (dominators.py's D, closed transitively), which removes the short ones (a merged
 matmul covering a gate whose own input it reads), and `selection` grounds the chosen candidates
 bottom-up and derives only what grounds. There it is a relaxation, solved as a phase before the
-full model (solve._contracted_phase) for its answers: on TENSAT's NasRNN it finds 353.03 in
-4-6 s, which the full model had not found in 600 s (356.40), and given 143 s it proves it
-optimal; its bound in the first 30 s is weaker (339-344 against the full model's 346). Where
+full model (solve._contracted_phase) for its answers and its bound: on TENSAT's NasRNN, 1 983
+columns (3 443 before the gates merged with another cell's were dropped as dominated), its answer
+353.03 at 6-8 s, which the full model had not found in 600 s (356.40), proven optimal at 5-15 s
+(seeds 0-3; 143 s with the 3 443 columns), where the full model's bound stops at 346.2. Where
 glue is rare (ViT, TT) it lacks the full model's dominator and closure rows and the full model is
 better, so both uses need MIN_GLUE_SHARE glue.
 
@@ -326,7 +328,7 @@ def _undominated(groups: dict[tuple, list[int]]) -> tuple[list[int], dict[int, i
     since the dropped one's were; what it covered still is). On TENSAT's NasRNN this removes the
     candidates that compute a gate through a merge with another cell's (relu of a concatenation,
     the same cost as the gate's own relu but needing the other cell's value too): 3 443 -> 1 983
-    columns, and HiGHS proves the optimum in 14 s instead of 143 s."""
+    columns, and HiGHS proves the optimum in 10-14 s instead of 143 s."""
     entries = sorted(((c_, need, cov, members[0]) for (c_, need, cov), members in groups.items()),
                      key=lambda e: (e[0], len(e[1]), -len(e[2]), e[3]))
     # a dominating entry sorts first: no dearer, no more children, and (same cost and children,
