@@ -40,9 +40,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_print(args: argparse.Namespace) -> int:
+    from .commands.files import check_tir_output
     from .ir.parse import load
     from .ir.printer import print_graph
 
+    check_tir_output(args.output)
     text = print_graph(load(args.file))
     if args.output:
         out = Path(args.output)

@@ -64,6 +64,19 @@ def test_run_refuses_to_overwrite_without_force(tmp_path, capsys):
     assert out.read_text().startswith("func @tiny_mlp")
 
 
+def test_run_refuses_a_tir_output_named_onnx(tmp_path, capsys):
+    """`-o` writes .tir text: named .onnx it would be a file every ONNX reader rejects, so the
+    run stops before any work and points at --onnx."""
+    out = tmp_path / "model.onnx"
+    assert main(["run", str(EXAMPLES / "tiny_mlp.tir"), "-o", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"{out}: error: -o writes the graph as .tir text, not ONNX; for ONNX pass " \
+                  f"--onnx {out}\n"
+    assert not out.exists()
+    assert main(["print", str(EXAMPLES / "tiny_mlp.tir"), "-o", str(tmp_path / "m.ONNX")]) == 1
+    assert "not ONNX" in capsys.readouterr().err and not (tmp_path / "m.ONNX").exists()
+
+
 def _wrong(graph):
     """The same graph with its tanh replaced by a sigmoid: a different function."""
     from eqsat_nb.ir.parse import parse

@@ -28,6 +28,15 @@ def check_writable(path: str | None, force: bool) -> None:
         raise TirError("file exists; pass --force to overwrite it", file=path)
 
 
+def check_tir_output(path: str | None, onnx_option: str | None = None) -> None:
+    """Refuse a .tir output (`-o`) named like an ONNX file: it would hold .tir text that every
+    ONNX reader rejects. `onnx_option`: the option that writes ONNX instead, if the command has
+    one."""
+    if path and Path(path).suffix.lower() == ".onnx":
+        hint = f"; for ONNX pass {onnx_option} {path}" if onnx_option else ""
+        raise TirError(f"-o writes the graph as .tir text, not ONNX{hint}", file=path)
+
+
 def write_atomic(path: str, write: Callable[[Path], None], side_files: tuple[str, ...] = (),
                  check: Callable[[Path], None] | None = None) -> None:
     """Call `write(tmp)` on a temporary file next to `path`, then `check(tmp)` if given, then

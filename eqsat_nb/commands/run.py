@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from ..errors import TirError, VerificationError
 from ..extract import METHODS
 from ..search.limits import Limits
-from .files import check_writable, write_atomic, write_onnx  # noqa: F401 - re-exported
+from .files import check_tir_output, check_writable, write_atomic, write_onnx  # noqa: F401 - re-exported
 
 DEFAULT_LIMITS = Limits()
 
@@ -225,6 +225,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     track_compilation()
     budget = Budget(args.time_limit)        # the whole command's, loading included
+    check_tir_output(args.output, "--onnx")
     for out in (args.output, args.onnx, args.report):
         check_writable(out, args.force)
     from ..rules.parse import load_rules
