@@ -35,9 +35,7 @@ import numpy as np
 from .ir.graph import Graph
 from .ir.interp import RANDOM_CHUNK, run, shared_graph
 from .ir.ops import OPS
-
-RTOL = 1e-4
-ATOL_REL = 1e-5
+from .precision import ATOL_REL, RTOL, Tolerance
 COMPARE_CHUNK = 1 << 20     # elements compared at a time
 # values past their last use kept so a twin computed later reuses what follows them
 # (ir.interp.EqualValues): ViT-Large's merged run needs 64 MiB for all of its 470 reused nodes,
@@ -52,6 +50,7 @@ class OutputCheck:
     max_abs_err: float
     max_abs_ref: float
     worst_excess: float      # max of |err| / allowed; <= 1 passes
+    base_err: float | None = None   # relative rule: the original's own max |err|
 
     @property
     def ok(self) -> bool:
@@ -69,10 +68,18 @@ class Verification:
     seeds: tuple[int, ...]
     rtol: float
     atol_rel: float
+    tolerance: Tolerance | None = None   # None: the fixed rule with rtol, atol_rel
+    note: str = ""                       # how it was checked, when not the usual way
 
     @property
     def ok(self) -> bool:
         return all(o.ok for o in self.outputs)
+
+    @property
+    def rule(self) -> str:
+        """The rule the outputs were judged by, in words."""
+        tol = self.tolerance or Tolerance(rtol=self.rtol, atol_rel=self.atol_rel)
+        return tol.describe()
 
     @property
     def max_relative_err(self) -> float:
@@ -81,10 +88,13 @@ class Verification:
     def summary(self) -> str:
         bad = [o for o in self.outputs if not o.ok]
         n = len(self.outputs)
+        base = [o.base_err / o.max_abs_ref for o in self.outputs
+                if o.base_err is not None and o.max_abs_ref]
+        own = f", the original's own {max(base):.1e}" if base else ""
+        note = f"; {self.note}" if self.note else ""
         head = (f"{n} output{'' if n == 1 else 's'}, {len(self.seeds)} random "
                 f"input set{'' if len(self.seeds) == 1 else 's'}, max |err| = "
-                f"{self.max_relative_err:.1e} of max |ref| (tolerance rtol {self.rtol:g}, "
-                f"atol {self.atol_rel:g}*max|ref|)")
+                f"{self.max_relative_err:.1e} of max |ref|{own} ({self.rule}){note}")
         if not bad:
             return head
         worst = ", ".join(f"{o.name}: " + ("shape differs" if not o.shape_ok else
@@ -148,6 +158,43 @@ def compare(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
         if not finite_ok:
             worst = float("inf")
         out.append(OutputCheck(name, True, max_err, scale, worst))
+    return out
+
+
+def compare_relative(reference: Sequence[np.ndarray], original: Sequence[np.ndarray],
+                     candidate: Sequence[np.ndarray], names: Sequence[str], tol: Tolerance
+                     ) -> list[OutputCheck]:
+    """The relative rule (`Tolerance.relative`): each output's max |candidate - reference| must
+    be at most `tol.factor` x max |original - reference| + `tol.floor` x max |reference|, where
+    `reference` is a higher-precision evaluation of the original and `original` the original in
+    its own precision. A non-finite element where the reference is finite fails unless the
+    original has it too (a half model overflowing where float32 does not is the original's own
+    behaviour)."""
+    out = []
+    for name, ref, base, got in zip(names, reference, original, candidate):
+        ref, base, got = np.asarray(ref), np.asarray(base), np.asarray(got)
+        if not ref.shape == base.shape == got.shape:
+            out.append(OutputCheck(name, False, float("inf"), 0.0, float("inf")))
+            continue
+        r, b, g = _flat(ref), _flat(base), _flat(got)
+        scale = base_err = err = 0.0
+        finite_ok = True
+        for i in range(0, ref.size, COMPARE_CHUNK):
+            rc = r[i:i + COMPARE_CHUNK].astype(np.float64)
+            bc = b[i:i + COMPARE_CHUNK].astype(np.float64)
+            gc = g[i:i + COMPARE_CHUNK].astype(np.float64)
+            fin = np.isfinite(rc) & np.isfinite(bc)
+            finite_ok = finite_ok and bool(np.all(np.isfinite(gc)[fin]))
+            finite_ok = finite_ok and bool(np.all(np.isfinite(gc) == np.isfinite(bc)))
+            if fin.any():
+                scale = max(scale, float(np.abs(rc[fin]).max()))
+                base_err = max(base_err, float(np.abs(bc[fin] - rc[fin]).max()))
+                err = max(err, float(np.nan_to_num(np.abs(gc[fin] - rc[fin]), nan=np.inf).max()))
+        allowed = tol.factor * base_err + tol.floor * scale
+        worst = err / allowed if allowed > 0 else (0.0 if err == 0 else float("inf"))
+        if not finite_ok:
+            worst = float("inf")
+        out.append(OutputCheck(name, True, err, scale, worst, base_err))
     return out
 
 
@@ -229,18 +276,25 @@ def _worst_over_seeds(original: Graph, env: dict, candidate: Callable[[int], Seq
         return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel)
 
 
-def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], Sequence[Any]]],
-               seeds: Sequence[int], rtol: float = RTOL, atol_rel: float = ATOL_REL
-               ) -> Verification:
-    """Compare each (reference, candidate) pair of output lists, keeping each output's worst
-    check over the runs (one run per seed)."""
+def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], ...]],
+               seeds: Sequence[int], rtol: float = RTOL, atol_rel: float = ATOL_REL,
+               tolerance: Tolerance | None = None, note: str = "") -> Verification:
+    """Compare each run's output lists, keeping each output's worst check over the runs (one
+    run per seed). A run is (original, candidate) under the fixed rule, or (reference,
+    original, candidate) under a relative `tolerance` (`compare_relative`)."""
     worst: list[OutputCheck | None] = [None] * len(names)
-    for ref, got in runs:
-        for i, check in enumerate(compare(ref, got, names, rtol, atol_rel)):
+    relative = tolerance is not None and tolerance.relative
+    if tolerance is not None and not relative:
+        rtol, atol_rel = tolerance.rtol, tolerance.atol_rel
+    for lists in runs:
+        checks = (compare_relative(*lists, names, tolerance) if relative else
+                  compare(*lists, names, rtol, atol_rel))
+        for i, check in enumerate(checks):
             old = worst[i]
             if old is None or (not check.ok, check.worst_excess) > (not old.ok, old.worst_excess):
                 worst[i] = check
-    return Verification(tuple(w for w in worst if w is not None), tuple(seeds), rtol, atol_rel)
+    return Verification(tuple(w for w in worst if w is not None), tuple(seeds), rtol, atol_rel,
+                        tolerance, note)
 
 
 def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None = None,
