@@ -35,7 +35,7 @@ import numpy as np
 from .ir.graph import Graph
 from .ir.interp import RANDOM_CHUNK, run, shared_graph
 from .ir.ops import OPS
-from .precision import ATOL_REL, RTOL, Tolerance
+from .precision import ATOL_REL, RTOL, Tolerance, half_precision, tolerance
 COMPARE_CHUNK = 1 << 20     # elements compared at a time
 # values past their last use kept so a twin computed later reuses what follows them
 # (ir.interp.EqualValues): ViT-Large's merged run needs 64 MiB for all of its 470 reused nodes,
@@ -210,6 +210,11 @@ def verify_graphs(original: Graph, optimized: Graph, weights: Mapping[str, Any] 
     """Run both graphs on the same random inputs (one set per seed) and compare every output.
     They run merged (`shared_graph`): what they share is computed once.
 
+    The interpreter computes in float32, but a graph's opaque nodes run in their declared types
+    (a Cast to fp16 rounds): a graph with half-precision values is judged by its precision's
+    relative rule (`precision.tolerance`) against a run of the original without that rounding
+    (`run(wide=True)`), the fixed rule otherwise.
+
     `weights` maps weight names (without '@') to real values; missing ones are random. With a
     `deadline` (on search.limits.work_clock) the interpreter raises VerificationStopped once it
     has passed it."""
@@ -220,13 +225,19 @@ def verify_graphs(original: Graph, optimized: Graph, weights: Mapping[str, Any] 
     check = _deadline_check(deadline)
     both = shared_graph([original, optimized])
     n = len(original.outputs)
+    tol = tolerance(half_precision(original.types().values()) or "fp32")
 
-    def runs() -> Iterable[tuple[list, list]]:
+    def runs() -> Iterable[tuple[list, ...]]:
         for seed in seeds:
             outs = run(both, env, seed=seed, check=check, equal_values=EQUAL_VALUES_BYTES)
-            yield outs[:n], outs[n:]
+            if not tol.relative:
+                yield outs[:n], outs[n:]
+                continue
+            ref = run(original, env, seed=seed, check=check, wide=True)
+            yield ref, outs[:n], outs[n:]
     with one_blas_thread():
-        return worst_over(list(original.outputs), runs(), seeds, rtol, atol_rel)
+        return worst_over(list(original.outputs), runs(), seeds, rtol, atol_rel,
+                          tolerance=tol if tol.relative else None)
 
 
 BLAS_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

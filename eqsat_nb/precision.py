@@ -61,9 +61,8 @@ class Tolerance:
     def describe(self) -> str:
         if not self.relative:
             return f"tolerance rtol {self.rtol:g}, atol {self.atol_rel:g}*max|ref|"
-        return (f"{self.precision}: against a float32 evaluation of the original, within "
-                f"{self.factor:g}x the original's own {self.precision} error + "
-                f"{self.floor:.1e}*max|ref|")
+        return (f"{self.precision} rule: against the original run in float32, within "
+                f"{self.factor:g}x the original's own error + {self.floor:.1e}*max|ref|")
 
 
 def tolerance(precision: str = "fp32") -> Tolerance:
@@ -147,3 +146,10 @@ def graph_precision(types: Iterable[Any]) -> str:
         if p:
             counts[p] += t.numel
     return dominant(counts)
+
+
+def half_precision(types: Iterable[Any]) -> str | None:
+    """The coarsest half precision among IR value types (`TensorType`s), None if there is none:
+    a graph with such values rounds there, and is judged by that precision's rule."""
+    found = {IR_FLOATS.get(t.dtype) for t in types}
+    return "bf16" if "bf16" in found else "fp16" if "fp16" in found else None

@@ -448,7 +448,7 @@ def make_report(model: str, result, check, cost_name: str, budget=None) -> dict[
             "status": check.reason, "ok": None, "seeds": list(check.seeds),
             "summary": check.summary()} if isinstance(check, NotVerified) else {
             "status": "verified", "ok": check.ok, "seeds": list(check.seeds),
-            "rtol": check.rtol, "atol_rel": check.atol_rel,
+            "rtol": check.rtol, "atol_rel": check.atol_rel, "rule": check.rule,
             "max_relative_err": check.max_relative_err, "summary": check.summary()},
     }
 

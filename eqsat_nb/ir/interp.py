@@ -17,6 +17,8 @@ from functools import partial
 from math import prod, sqrt
 from typing import Any, Callable, Mapping, Sequence
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import TirError
@@ -49,6 +51,27 @@ def eval_opaque(node: Node, args: list[Array], in_types: list[TensorType] | None
     outs = run_opaque(node.attrs, args, in_types, node.types)
     return tuple(o if t.dtype in _EXACT else o.astype(float_dtype, copy=False)
                  for o, t in zip(outs, node.types))
+
+
+_HALF = ("f16", "bf16")
+
+
+def _wide(t: TensorType) -> TensorType:
+    return TensorType(t.shape, "f32") if t.dtype in _HALF else t
+
+
+def eval_opaque_wide(node: Node, args: list[Array], in_types: list[TensorType],
+                     float_dtype: Any) -> tuple[Array, ...]:
+    """`eval_opaque` with half-precision operands and results in float32 instead: a Cast
+    between float types is the value itself, any other node runs with its half types widened.
+    What a model computes without its half-precision rounding (`run(wide=True)`)."""
+    a = node.attr
+    if a.get("op") == "Cast" and a.get("domain", "") in ("", "ai.onnx") and len(args) == 1:
+        src, dst = in_types[0].dtype, node.types[0].dtype
+        if src in _HALF + ("f32", "f64") and dst in _HALF + ("f32", "f64"):
+            return (np.asarray(args[0], dtype=float_dtype),)
+    wide_node = replace(node, types=tuple(_wide(t) for t in node.types))
+    return eval_opaque(wide_node, args, [_wide(t) for t in in_types], float_dtype)
 
 
 def eval_node(node: Node, args: list[Array]) -> tuple[Array, ...]:
@@ -128,7 +151,7 @@ def random_env(graph: Graph, seed: int = 0, dtype: Any = np.float32) -> dict[str
 
 def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
         dtype: Any = np.float32, check: Callable[[], None] | None = None,
-        equal_values: int = 0) -> list[Array]:
+        equal_values: int = 0, wide: bool = False) -> list[Array]:
     """Evaluate `graph`. `env` maps input value names ('%x') and weight names ('@w1') to arrays;
     anything missing is drawn at random from `seed`. Returns the outputs in order. `check` is
     called before each node (it may raise to stop the run, e.g. at a deadline).
@@ -136,7 +159,10 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
     `equal_values` > 0: a node whose operands are bitwise the same values as those of a node
     already run, with the same op, attributes and result types, reads that node's results
     instead of running again (`EqualValues`; what a rewritten graph computes as its original
-    did); up to that many bytes of values past their last use are kept for it."""
+    did); up to that many bytes of values past their last use are kept for it.
+
+    `wide`: opaque nodes run without half-precision rounding (`eval_opaque_wide`): the
+    higher-precision reference a half-precision graph is judged against."""
     dtype = FLOAT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
     given = dict(env or {})
     types = graph.types() if any(n.op == "opaque" for n in graph.nodes) else {}
@@ -153,7 +179,8 @@ def run(graph: Graph, env: Mapping[str, Array] | None = None, seed: int = 0,
     def compute(node: Node) -> tuple[Array, ...]:
         args = [values[v] for v in node.inputs]
         if node.op == "opaque":
-            return eval_opaque(node, args, [types[v] for v in node.inputs], dtype)
+            return (eval_opaque_wide if wide else eval_opaque)(
+                node, args, [types[v] for v in node.inputs], dtype)
         return eval_node(node, args)
 
     for node in graph.nodes:
