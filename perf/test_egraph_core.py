@@ -1,4 +1,4 @@
-"""E-graph core (issue targets: ≥ 5 M hash-cons insertions/s; rebuild after 10 000 random unions
+"""E-graph core (targets: ≥ 5 M hash-cons insertions/s; rebuild after 10 000 random unions
 on a 100 000-node e-graph < 50 ms; snapshot of a 2 000-node e-graph < 20 µs). Warm JIT: the
 kernels are compiled or loaded once per session before timing. Inputs are seeded."""
 from __future__ import annotations

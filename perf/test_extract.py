@@ -1,8 +1,7 @@
-"""Extraction (issue target: OCF < 1 ms median on a 2 000-node e-graph), every extractor on
-each TENSAT model's saturated e-graph, with the true DAG cost of its answer in `extra_info`, and
-(issue 18) every extractor on the checked-in e-graphs of `perf/data/extract/` against their
-reference optima (issue 31: TENSAT-schedule e-graphs too, with the time to a good answer and to
-a 1 % proof). Warm JIT: each extractor runs once before timing (the ILP, which is not JIT code
+"""Extraction (target: OCF < 1 ms median on a 2 000-node e-graph), every extractor on each
+TENSAT model's saturated e-graph, with the true DAG cost of its answer in `extra_info`, and
+every extractor on the checked-in e-graphs of `perf/data/extract/` against their reference
+optima (TENSAT-schedule e-graphs too, with the time to a good answer and to a 1 % proof). Warm JIT: each extractor runs once before timing (the ILP, which is not JIT code
 and takes seconds, runs once, timed)."""
 from __future__ import annotations
 
@@ -93,7 +92,7 @@ def test_extract_saturated(bench, benchmark, warm_jit, model, method):
                                 nodes=problem.n_nodes, dag_cost=dag_cost(problem, choice))
 
 
-# ------------------------------------------------------------------ reference e-graphs (issue 18)
+# ------------------------------------------------------------------ reference e-graphs
 # perf/data/extract/NAME.json.gz: saturated (k_multi 2), larger (node limits 20 000-50 000) and
 # cyclic (no cycle filter) e-graphs priced with the analytic a100 profile, and reference.json:
 # the best DAG cost known for each (a 15-minute ILP solve or ocf+switch) and its proven bound.
@@ -103,9 +102,9 @@ def test_extract_saturated(bench, benchmark, warm_jit, model, method):
 DATA = ROOT / "perf" / "data" / "extract"
 REFERENCE = json.loads((DATA / "reference.json").read_text()) \
     if (DATA / "reference.json").exists() else {}
-# ilp15: extract_ilp as `optimize` runs it (15 s, the stall and gap rules); ilp30: issue 31's
-# acceptance run (30 s, stopped once proven within 1 %): the answer within 0.5 % of the reference
-# by 10 s, proven within 1 % by 30 s
+# ilp15: extract_ilp as `optimize` runs it (15 s, the stall and gap rules); ilp30: the time to a
+# good answer (30 s, stopped once proven within 1 %; targets: the answer within 0.5 % of the
+# reference by 10 s, proven within 1 % by 30 s; docs/extraction.md)
 REF_METHODS = ["ocf", "ocf+switch", "ilp15", "ilp30"]
 REF_QUICK = {("bert", "ocf+switch"), ("bert", "ilp15")}
 ANSWER_WITHIN = 0.005

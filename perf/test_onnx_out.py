@@ -2,7 +2,7 @@
 through `eqsat-nb run M.onnx --onnx OUT.onnx` with the default target and with `--device a100`;
 the benchmark times one onnxruntime inference of OUT (one thread), and `extra_info` holds the
 alternating-median latency ratio of OUT against the input, measured here independently of the
-run's own guard. The issue's bar: OUT ≥ 0.98× the input's speed on every model (a ratio of
+run's own guard. The bar: OUT ≥ 0.98× the input's speed on every model (a ratio of
 input/OUT latency ≥ 0.98). A file written back unchanged is the input itself (ratio 1 by
 construction, not timed). Quick tier: squeezenet, default target."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`eqsat-nb run ir_examples/vit_huge.tir --time-limit 5` in a fresh process, kernels loaded from
 the user's Numba cache (a first, untimed round fills it): the wall time of the whole command, the
-figure issue 20 asks to stay under 7 s. `extra_info` records the budget the report says was used,
+figure that should stay under 7 s. `extra_info` records the budget the report says was used,
 the Numba compilation it did not count, and the phases. Full tier only (about 6 s a round)."""
 from __future__ import annotations
 

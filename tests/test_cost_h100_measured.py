@@ -1,6 +1,5 @@
-"""The shipped GPU measurements (issue 29): `cost/tables/h100-measured.json` and
-`h200-measured.json`, written by tools/gpu_truth.py on a lent H100 and H200 (README, "GPU cost
-profiles"), load without a GPU, price every operator of the benchmark models, and the `h100`
+"""The shipped GPU measurements: `cost/tables/h100-measured.json` and `h200-measured.json`,
+written by tools/gpu_truth.py on an H100 and an H200 (docs/gpu-costs.md), load without a GPU, price every operator of the benchmark models, and the `h100`
 roofline in analytic.py is the fit of the H100 table that tools/calibrate_gpu.py prints."""
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def test_analytic_default_and_devices():
 
 def test_a_gpu_with_a_shipped_measurement_is_priced_by_it():
     """`--device h100` / `h200`: the shipped measured table, the configurations it lacks by
-    the fitted h100 roofline (README, "GPU cost profiles")."""
+    the fitted h100 roofline (docs/gpu-costs.md)."""
     from eqsat_nb.cost.table import TableCostModel
     for dev in ("h100", "h200"):
         m = make_cost_model("analytic", dev)

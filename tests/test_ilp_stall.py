@@ -124,9 +124,9 @@ def test_a_gap_that_is_closed_is_not_a_stall():
     assert drive(p, clock, 60.0, 0.1, bound=lambda t: 100.0) is None
 
 
-# Measured (highspy 1.16, this machine; README, Extraction): seconds, best primal cost, dual bound
-# at HiGHS's MIP-interrupt callbacks. BERT's run problem (the longest flat before an answer
-# improved, over the 17 e-graphs of the README's table, on 2026-11-28): the bound stands at
+# Measured (highspy 1.16, the development machine; docs/extraction.md): seconds, best primal cost,
+# dual bound at HiGHS's MIP-interrupt callbacks. BERT's run problem (the longest flat before an
+# answer improved, over the 17 e-graphs of docs/extraction.md): the bound stands at
 # 384.28 from 0.09 s, callbacks every ~0.1 s, and the answer improves 4 % at 0.92 s. (Before the
 # large-neighbourhood phase the reference BERT e-graph had a 2.35 s flat, which set the window
 # at 8 s; that phase now finds its answer before the full model starts.) NasRNN's run: root cut

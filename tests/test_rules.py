@@ -436,7 +436,7 @@ rule merge_projections_3d: (matmul ?x ?w), (matmul ?x ?v)
 
 
 def test_a_users_rank3_rule_verifies_and_runs(tmp_path, capsys):
-    """The README's example: two projections of a [B, S, H] activation merged. It verifies (the
+    """docs/rules.md's example: two projections of a [B, S, H] activation merged. It verifies (the
     search draws rank-3 activations and rank-2 weights) and `run --rules` uses it."""
     path = tmp_path / "mine.rules"
     path.write_text(RANK3)

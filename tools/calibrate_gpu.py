@@ -1,4 +1,4 @@
-"""Fit a GPU profile's constants to a measured cost table (issue 29, point 2).
+"""Fit a GPU profile's constants to a measured cost table.
 
     python tools/calibrate_gpu.py [TABLE.json | NAME]   (default: the shipped h100-measured)
 

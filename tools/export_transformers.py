@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Export the transformers of README "Transformers and LLMs" with random weights (no hub).
+"""Export the transformers of docs/transformers.md with random weights (no hub).
 
 Needs torch, transformers, timm and onnxscript (not eqsat-nb dependencies; CI never runs this):
 

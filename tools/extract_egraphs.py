@@ -1,9 +1,9 @@
-"""The extraction benchmark's e-graphs and their reference optima (issue 18), re-runnable.
+"""The extraction benchmark's e-graphs and their reference optima, re-runnable.
 
     python tools/extract_egraphs.py build [NAME...]          # saturate, price, write perf/data/
     python tools/extract_egraphs.py reference [NAME...] [--time-limit 900] [--jobs 1]
     python tools/extract_egraphs.py list
-    python tools/extract_egraphs.py table RUN.json   # README's table from a perf run's JSON
+    python tools/extract_egraphs.py table RUN.json   # docs/extraction.md's table from a perf run's JSON
 
 `build` saturates each benchmark model as `SPECS` says (TENSAT's multi-pattern depth k_multi 2, a
 node limit, the cycle filter on or off), prices every node with the analytic cost model of the
@@ -62,7 +62,7 @@ SPECS: dict[str, Spec] = {
     "squeezenet_cyclic": Spec("squeezenet", filter_cycles=False, note="no cycle filter"),
     "nasrnn_cyclic_20k": Spec("nasrnn", node_limit=20_000, filter_cycles=False,
                               note="no cycle filter, node limit"),
-    # issue 31: TENSAT's schedule (every rule in every iteration, 15 iterations, 50 000 nodes),
+    # TENSAT's schedule (every rule in every iteration, 15 iterations, 50 000 nodes),
     # no cycle filter, as TENSAT's published e-graphs were built. With k_multi 2 it reaches
     # 50 000 nodes on NasRNN only: BERT saturates at 12 267 nodes and NasNet-A stops at 9 055
     # (15 iterations), the sizes of "bert" and "nasneta" above, so k_multi 3 versions reach
@@ -167,7 +167,7 @@ def merge(old: dict[str, Any] | None, new: dict[str, Any], replace: bool) -> dic
 
 def table(run: dict[str, Any], refs: dict[str, Any]) -> str:
     """One row per e-graph of a benchmark run: sizes, ocf+switch, the ILP as `optimize` runs it
-    (ilp15) and issue 31's acceptance run (ilp30: answer and the seconds to within 0.5 % of the
+    (ilp15) and the time to a good answer (ilp30: answer and the seconds to within 0.5 % of the
     reference, bound, gap and the seconds to a 1 % proof), the reference."""
     rows: dict[str, dict[str, Any]] = {}
     for b in run.get("benchmarks", []):

@@ -1,6 +1,6 @@
 """Every ONNX model in the given folders/files through `eqsat-nb run --onnx`, measured in
-onnxruntime against its input, with onnxslim beside it when installed (issue: "a table users
-trust"). `--zoo` adds the onnx wheel's model-zoo copies with random weights.
+onnxruntime against its input, with onnxslim beside it when installed (the tables of
+docs/onnx.md). `--zoo` adds the onnx wheel's model-zoo copies with random weights.
 
     python tools/onnx_table.py models/ [--zoo] [--device a100] [-- extra run options]
 """

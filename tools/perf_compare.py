@@ -178,7 +178,7 @@ def _info(run: dict[str, dict], name: str) -> dict:
 
 
 def headline(path: Path) -> str:
-    """The README's headline numbers, as markdown bullets, from one saved run."""
+    """The headline numbers (docs/performance.md), as markdown bullets, from one saved run."""
     doc = json.loads(path.read_text(encoding="utf-8"))
     run = load_run(path)
     m = (doc.get("machine_info") or {}).get("eqsat_nb") or {}

@@ -27,7 +27,7 @@ COMMANDS: dict[str, list[str]] = {
     "verify-rules": ["verify-rules", str(ROOT / "rules" / "matmul.rules")],
     "run-nasrnn": ["run", str(EXAMPLES / "nasrnn.tir"), "--device", "a100", "-q",
                    "-o", "OUT/nasrnn.tir", "--force"],
-    # the search issue 20 was filed with (multi-pattern rules in one iteration): 2.65 s warm then
+    # multi-pattern rules in one iteration only (TENSAT's k_multi 1)
     "run-nasrnn-kmulti1": ["run", str(EXAMPLES / "nasrnn.tir"), "--device", "a100", "-q",
                            "--k-multi", "1", "-o", "OUT/nasrnn.tir", "--force"],
     "run-squeezenet-cpu": ["run", str(EXAMPLES / "squeezenet.tir"), "-q",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The README's transformer table: each exported model through `run --device a100` and
+"""The transformer table of docs/transformers.md: each exported model through `run --device a100` and
 `run --device cpu`, with this checkout and (optionally) another one, under /usr/bin/time -v.
 
     python tools/transformer_table.py MODELS_DIR [NAME ...] [--base CHECKOUT ...] [--out DIR]

@@ -8,7 +8,7 @@ Backends:
   A GPU with a shipped table (`MEASURED`: `h100`, `h200`) is priced by that measurement, the
   configurations it lacks by the `h100` roofline fitted to it; `h100-roofline` is that
   roofline alone. The extraction exploits any error a roofline has, so only measured prices
-  give speed-ups a measurement confirms (README, "GPU cost profiles").
+  give speed-ups a measurement confirms (docs/gpu-costs.md).
 - `ort`: one-node onnxruntime timings on the CPU. device: None or `cpu`.
 - `trt`: single-layer TensorRT engines on an NVIDIA GPU. device: CUDA device index (`0`,
   `cuda:0`; default 0).

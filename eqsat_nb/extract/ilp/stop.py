@@ -30,7 +30,7 @@ from typing import Callable
 from .selection import _tol
 
 # The stall rule (see _Progress), from the trajectories of the 13 reference e-graphs and the TT,
-# NasRNN, ViT-Large and BERT run problems, 30 s without the rules (README, Extraction): the longest
+# NasRNN, ViT-Large and BERT run problems, 30 s without the rules (docs/extraction.md): the longest
 # time its condition held before the checked answer still improved is 0.87 s (BERT's run, then
 # 4 %; a 2.4 s flat on the reference BERT e-graph set 8 s before the large-neighbourhood phase
 # found that answer first), so the window is 3 s, 3.4x that. The bound's progress is a rate, so
