@@ -76,7 +76,7 @@ def measure_pair(first, second, repeats: int, warmups: int = 3) -> tuple[float, 
 
     The clock is the calling thread's CPU time: with one intra-op thread onnxruntime runs the
     kernels on the caller's thread, so this is the latency of a run without the time the process
-    spent descheduled (this machine's two vCPUs are shared; wall time swung by 2x under load)."""
+    spent descheduled (on a 2-vCPU machine shared with other jobs, wall time swung by 2x under load)."""
     from ..cost.onnx_node import random_inputs
     from ..runtime import session
 

@@ -54,7 +54,7 @@ cost is far from proportional to FLOPs:
 - A depthwise conv with a channel multiplier (one input channel but M > 1 output channels per
   group, e.g. 512 -> 1536 channels in 512 groups) is one of those, not the depthwise kernel:
   TASO measured such convs at 0.5-1.9 ms on its GPU (256 -> 512 channels, 3x3, 28x28: 0.48 ms;
-  512 -> 1536, 3x3, 14x14: about 1.9 ms; issue 29 and DESIGN.md section 12, from TASO's costs in
+  512 -> 1536, 3x3, 14x14: about 1.9 ms; from TASO's costs in
   TENSAT's NasNet-A e-graph, egraphs-good/extraction-gym data/tensat/nasneta.csv, where the
   conv costs cluster at 0.27-0.30, 0.47-0.50, 0.95-1.07 and 1.90-1.92 ms: about 1.9 us per
   group for 128 to 1024 groups, the per-group rule's figure). The A100 profile prices those two
@@ -198,11 +198,11 @@ A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_b
                      concat_in_place=True, group_us=1.77, depthwise_flops=0.6e12,
                      ew_launch_us=2.0)
 
-# NVIDIA H100, measured (issue 29): every constant below was fitted by `cost/calibrate.py`
+# NVIDIA H100, measured: every constant below was fitted by `cost/calibrate.py`
 # (GPU_PARAMS; tools/calibrate_gpu.py) to the shipped table `tables/h100-measured.json`: 1 229
 # operator configurations of the 13 benchmark models' saturated e-graphs and torch.onnx's BERT,
 # timed on an NVIDIA H100 80GB HBM3 (PyTorch 2.11, CUDA 13.0, cuDNN 9.19, TF32 off, each op a
-# CUDA graph of 20 calls, median; tools/gpu_truth.py, 2026-11-28). Geometric-mean error per op
+# CUDA graph of 20 calls, median; tools/gpu_truth.py, docs/gpu-costs.md). Geometric-mean error per op
 # 2.25x -> 1.42x over the 1 016 it prices above 0 (worst 408x -> 12x). What the fit says,
 # against the datasheet profile it replaced (FP32 67 TFLOP/s, HBM3 3.35 TB/s, launch 3 us,
 # A100-derived grouped-conv constants; tools/calibrate_gpu.py DATASHEET):
@@ -221,7 +221,7 @@ A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_b
 # Not constrained by the sample (kept from the datasheet): transcendental 4.2 T/s, pool rate.
 # Priced by this roofline, the graphs the extraction picks still look faster than measured on
 # merge-heavy models (errors of +-40 % per op add up where the extraction can choose):
-# `--device h100-measured` prices by the measurement itself (README, "GPU cost profiles").
+# `--device h100-measured` prices by the measurement itself (docs/gpu-costs.md).
 H100 = DeviceProfile("h100", matmul_flops=35.9e12, vector_flops=115e12, cache_bw=5.54e12,
                      dram_bw=5.54e12, cache_bytes=0, transcendental=4.2e12, pool=67e12,
                      transpose_eff=0.32, launch_us=3.8, sms=132, tile=32, split_view=True,
