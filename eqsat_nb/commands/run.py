@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from ..errors import TirError, VerificationError
 from ..extract import METHODS
+from ..precision import PRECISIONS
 from ..search.limits import Limits
 from .files import check_tir_output, check_writable, write_atomic, write_onnx  # noqa: F401 - re-exported
 
@@ -104,6 +105,9 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
                    help="device for the analytic backend: cpu (default), a100, h100 or h200 "
                    "(times measured on that GPU), h100-roofline, a profile .json, or a "
                    "measured cost table (TABLE.json)")
+    e.add_argument("--precision", default=None, choices=PRECISIONS,
+                   help="the precision the model is priced in as deployed: fp32, tf32 (fp32 "
+                   "with tensor-core GEMMs), fp16, bf16 (default: the model's own float type)")
     e.add_argument("--cost-db", default=None, metavar="PATH",
                    help="SQLite cost cache for measuring backends (default: user cache dir)")
 
@@ -132,9 +136,16 @@ def options_from_args(args: argparse.Namespace):
                    ilp_time_limit=args.ilp_time_limit, **ilp)
 
 
-def cost_model_from_args(args: argparse.Namespace):
+def cost_model_from_args(args: argparse.Namespace, graph: Any = None):
+    """The cost model the options name, pricing `graph`'s precision unless --precision says
+    another (fp32 for a graph of no floats)."""
     from ..cost.select import make_cost_model
-    return make_cost_model(args.cost, args.device, args.cost_db, progress=not args.quiet)
+    from ..precision import graph_precision
+    precision = getattr(args, "precision", None)
+    if precision is None and graph is not None:
+        precision = graph_precision(graph.types().values())
+    return make_cost_model(args.cost, args.device, args.cost_db, progress=not args.quiet,
+                           precision=precision)
 
 
 def describe_cost_model(model: Any) -> str:
@@ -143,10 +154,16 @@ def describe_cost_model(model: Any) -> str:
     device = getattr(model, "device", None) or getattr(getattr(model, "profile", None), "name",
                                                        None)
     text = f"{model.name} {device}" if device else str(model.name)
+    precision = getattr(model, "precision", None)
+    if isinstance(precision, str):
+        text += f", {precision}"
     hits, misses = getattr(model, "hits", None), getattr(model, "misses", None)
     if isinstance(hits, int) and isinstance(misses, int) and hits + misses:
         text += (f" ({hits} of {hits + misses} configurations measured"
                  + (f", the rest by the {model.table.base_profile} roofline)" if misses else ")"))
+    note = getattr(model, "note", None)
+    if isinstance(note, str) and note:
+        text += f" ({note})"
     return text
 
 
@@ -248,7 +265,7 @@ def run_command(args: argparse.Namespace) -> int:
         from ..onnx_io.splice import rules_for_opset
         rules, dropped = rules_for_opset(list(rules), default_opset(imp.model))
     load_s = time.perf_counter() - t
-    cost_model = cost_model_from_args(args)
+    cost_model = cost_model_from_args(args, graph)
     result, check = optimize_and_verify(graph, weights, cost_model, rules, args, budget)
     result.times = {"load": load_s, **result.times}
     report = make_report(args.model, result, check, describe_cost_model(cost_model), budget)
