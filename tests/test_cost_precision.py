@@ -105,5 +105,5 @@ def test_run_names_the_precision_it_priced(tmp_path, capsys):
         main(["run", model, "--precision", "fp64x", "-q"])
     assert e.value.code == 2 and "invalid choice: 'fp64x'" in capsys.readouterr().err
     g = load(ROOT / "ir_examples" / "bert.tir")
-    assert graph_cost(g, make_cost_model("analytic", "h100", precision="fp32")) == \
+    assert graph_cost(make_cost_model("analytic", "h100", precision="fp32"), g) == \
         pytest.approx(costs["fp32"])
