@@ -8,6 +8,8 @@ from .records import load
 from .transformers import TRANSFORMERS
 
 BENCH_A100 = "docs/data/bench-a100.json"
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+BENCH_H100 = {p: f"docs/data/bench-h100-{p}.json" for p in PRECISIONS}
 
 # exported transformers shown together in one README row (same model, two exporters or sizes)
 GROUPS = (("bert_ts", "bert_dynamo"), ("distilbert_ts",), ("vit_base_ts", "timm_vit_s_ts"),
@@ -60,3 +62,20 @@ def cpu_results() -> list[str]:
                  f"input unchanged (estimated {signed_pct(lo)[:-2]} to {signed_pct(hi)}; "
                  f"candidates within the noise)", NONE])
     return table(["model", "written", "candidate vs input, measured at 1 thread"], rows)
+
+
+def _priced_by(cost_model: str) -> str:
+    """What `eqsat-nb bench` says priced a run, in a column header's words."""
+    return "measured table" if cost_model.startswith("table") else "roofline"
+
+
+def h100_precisions() -> list[str]:
+    """`--device h100 --precision P` estimates of the benchmark models, one column a precision
+    (its own `eqsat-nb bench --json` record)."""
+    runs = {p: load(BENCH_H100[p]) for p in PRECISIONS}
+    by_model = {p: {r["model"]: r for r in runs[p]["rows"]} for p in PRECISIONS}
+    models = [r["model"] for r in runs[PRECISIONS[0]]["rows"]]
+    rows = [[m] + [num(by_model[p].get(m, {}).get("est_speedup_pct")) for p in PRECISIONS]
+            for m in models]
+    return table(["model"] + [f"{p} % ({_priced_by(runs[p]['cost_model'])})"
+                              for p in PRECISIONS], rows)
