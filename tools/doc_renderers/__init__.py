@@ -26,26 +26,27 @@ REGISTRY: dict[str, Renderer] = {
                             (transformers.TRANSFORMERS, onnx_models.ONNX_MODELS)),
     # docs/gpu-costs.md
     "gpu-whole-graphs": Renderer(gpu.whole_graphs, (gpu.H100, gpu.H200)),
-    "gpu-op-errors": Renderer(gpu.op_errors, (gpu.H100, gpu.H200, gpu.H100_TABLE)),
-    # docs/transformers.md
-    "merged-projections": Renderer(transformers.projections, (transformers.ANALYTIC,)),
-    "transformers-full-size": Renderer(transformers.full_size, (transformers.TRANSFORMERS,)),
-    "transformers-small": Renderer(transformers.small, (transformers.TRANSFORMERS,)),
-    # docs/onnx.md
-    "onnx-zoo": Renderer(onnx_models.zoo, (onnx_models.ONNX_MODELS,)),
-    "onnx-user-models": Renderer(onnx_models.user_models, (onnx_models.ONNX_MODELS,)),
-}
-REGISTRY.update({
-    # docs/gpu-costs.md
+    "gpu-op-errors": Renderer(gpu.op_errors, (gpu.H100, gpu.H200, gpu.H100_TABLE,
+                                              transformers.ANALYTIC, "tools/gpu_truth.py")),
     "a100-rule-effects": Renderer(history.rule_effects, (history.HISTORY, history.PUBLISHED)),
     "a100-floor-effects": Renderer(history.floor_effects, (history.HISTORY,)),
     # docs/performance.md
     "bench-a100-4us-floor": Renderer(history.bench_4us_floor,
                                      (history.HISTORY, history.PUBLISHED)),
     "mcts-compare": Renderer(history.mcts_compare, (history.MCTS, "tools/mcts_compare.py")),
+    # docs/transformers.md
+    "merged-projections": Renderer(transformers.projections, (transformers.ANALYTIC,)),
+    "transformers-full-size": Renderer(transformers.full_size,
+                                       (transformers.TRANSFORMERS, "tools/transformer_table.py")),
+    "transformers-small": Renderer(transformers.small,
+                                   (transformers.TRANSFORMERS, "tools/transformer_table.py")),
+    # docs/onnx.md
+    "onnx-zoo": Renderer(onnx_models.zoo, (onnx_models.ONNX_MODELS,)),
+    "onnx-user-models": Renderer(onnx_models.user_models, (onnx_models.ONNX_MODELS,)),
     # docs/extraction.md
     "extraction-reference": Renderer(extraction.reference_egraphs,
-                                     (extraction.EXTRACTION, extraction.REFERENCE)),
+                                     (extraction.EXTRACTION, extraction.REFERENCE,
+                                      "tools/extract_egraphs.py")),
     "extraction-tensat-schedule": Renderer(extraction.tensat_schedule,
                                            (extraction.EXTRACTION, extraction.REFERENCE)),
-})
+}

@@ -12,8 +12,6 @@ H100 = f"{GPU_TRUTH}/h100_run.json"
 H200 = f"{GPU_TRUTH}/h200_run.json"
 H100_TABLE = "eqsat_nb/cost/tables/h100-measured.json"
 
-BENCHMARK = ("bert", "inceptionv3", "mobilenetv2", "nasneta", "nasrnn", "resnet50", "resnext50",
-             "squeezenet", "vgg19", "transformer_transducer", "vit_base", "vit_large", "vit_huge")
 EXPORTED = ("bert_ts", "distilbert_ts", "vit_base_ts", "gpt2_ts")    # torch.onnx exports
 
 
@@ -23,8 +21,10 @@ def models(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def order(*runs: dict[str, Any]) -> list[str]:
     """The benchmark models, then the exported ones, then any other model a run holds."""
+    from eqsat_nb.commands.bench import BENCHMARK_MODELS
+
     names = {n for r in runs for n in models(r)}
-    known = [n for n in BENCHMARK + EXPORTED if n in names]
+    known = [n for n in BENCHMARK_MODELS + EXPORTED if n in names]
     return known + sorted(names - set(known))
 
 
