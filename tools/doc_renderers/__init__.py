@@ -19,7 +19,8 @@ from . import extraction, gpu, history, onnx_models, readme, transformers  # noq
 REGISTRY: dict[str, Renderer] = {
     # README.md
     "gpu-h100-h200": Renderer(gpu.readme_h100_h200, (gpu.H100, gpu.H200)),
-    "h100-precisions": Renderer(readme.h100_precisions, tuple(readme.BENCH_H100.values())),
+    "h100-precisions": Renderer(readme.h100_precisions, tuple(readme.BENCH_H100.values())
+                                + tuple(readme.BENCH_TX_H100.values())),
     "a100-estimates": Renderer(readme.a100_estimates,
                                (readme.BENCH_A100, transformers.TRANSFORMERS)),
     "cpu-results": Renderer(readme.cpu_results,

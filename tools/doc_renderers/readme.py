@@ -10,6 +10,7 @@ from .transformers import TRANSFORMERS
 BENCH_A100 = "docs/data/bench-a100.json"
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 BENCH_H100 = {p: f"docs/data/bench-h100-{p}.json" for p in PRECISIONS}
+BENCH_TX_H100 = {p: f"docs/data/bench-tx-h100-{p}.json" for p in PRECISIONS}
 
 # exported transformers shown together in one README row (same model, two exporters or sizes)
 GROUPS = (("bert_ts", "bert_dynamo"), ("distilbert_ts",), ("vit_base_ts", "timm_vit_s_ts"),
@@ -70,11 +71,14 @@ def _priced_by(cost_model: str) -> str:
 
 
 def h100_precisions() -> list[str]:
-    """`--device h100 --precision P` estimates of the benchmark models, one column a precision
-    (its own `eqsat-nb bench --json` record)."""
+    """`--device h100 --precision P` estimates of the benchmark models and the exported
+    transformers, one column a precision (`eqsat-nb bench --json` records, one per precision
+    and model set)."""
     runs = {p: load(BENCH_H100[p]) for p in PRECISIONS}
-    by_model = {p: {r["model"]: r for r in runs[p]["rows"]} for p in PRECISIONS}
-    models = [r["model"] for r in runs[PRECISIONS[0]]["rows"]]
+    exported = {p: load(BENCH_TX_H100[p]) for p in PRECISIONS}
+    by_model = {p: {r["model"]: r for r in runs[p]["rows"] + exported[p]["rows"]}
+                for p in PRECISIONS}
+    models = [r["model"] for r in runs[PRECISIONS[0]]["rows"] + exported[PRECISIONS[0]]["rows"]]
     rows = [[m] + [num(by_model[p].get(m, {}).get("est_speedup_pct")) for p in PRECISIONS]
             for m in models]
     return table(["model"] + [f"{p} % ({_priced_by(runs[p]['cost_model'])})"
