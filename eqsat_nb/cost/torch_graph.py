@@ -223,15 +223,23 @@ class CompiledGraph:
         self.fn = torch.compile(forward, mode=mode, fullgraph=True)
         self.cuda_graph: Any = None
         self.compile_s: float | None = None
+        self.cache: dict[str, int] = {}
 
     def compile(self) -> float:
-        """Compile (the first call) and return the seconds it took."""
+        """Compile (the first call) and return the seconds it took. `cache` then says how many
+        of the compiled graphs Inductor's FX graph cache served ("hit") or compiled ("miss")."""
+        from torch._dynamo.utils import counters
+
+        before = dict(counters["inductor"])
         t = time.perf_counter()
         with self.torch.inference_mode():
             self.run()
             if self.dev.type == "cuda":
                 self.torch.cuda.synchronize(self.dev)
         self.compile_s = time.perf_counter() - t
+        after = counters["inductor"]
+        self.cache = {k: after.get(f"fxgraph_cache_{k}", 0) - before.get(f"fxgraph_cache_{k}", 0)
+                      for k in ("hit", "miss")}
         return self.compile_s
 
     def run(self) -> list[Any]:
@@ -248,11 +256,13 @@ class CompiledGraph:
 
 
 #: kernel-name fragments (lower case) that mark a convolution or a GEMM: cuDNN's convolution
-#: kernels (`..._fprop_...`, `implicit_convolve_...`, winograd) and PyTorch's CPU convolution
-#: operators; cuBLAS's GEMMs (`..._gemm_...`, `nvjet_...`, CUTLASS) and the CPU matmul operators.
-#: Convolutions are checked first (cuDNN's implicit-GEMM convolutions name both); Inductor's own
-#: generated kernels (`triton_...`, `cpp_fused_...`) are neither, whatever ops they fused.
-CONV_MARKS = ("conv", "fprop", "winograd", "implicit_convolve", "dgrad", "wgrad")
+#: kernels (`..._fprop_...`, `implicit_convolve_...`, winograd) and the layout conversions it
+#: runs around them, and PyTorch's CPU convolution operators; cuBLAS's GEMMs (`..._gemm_...`,
+#: `nvjet_...`, CUTLASS) and the CPU matmul operators. Convolutions are checked first (cuDNN's
+#: implicit-GEMM convolutions name both); Inductor's own generated kernels (`triton_...`,
+#: `cpp_fused_...`) are neither, whatever ops they fused.
+CONV_MARKS = ("conv", "fprop", "winograd", "implicit_convolve", "dgrad", "wgrad", "nchwtonhwc",
+              "nhwctonchw")
 GEMM_MARKS = ("gemm", "gemv", "nvjet", "cublas", "cutlass", "aten::mm", "aten::bmm",
               "aten::addmm", "aten::baddbmm", "linear", "matmul")
 GENERATED = ("triton", "cpp_fused")
