@@ -196,8 +196,8 @@ class TorchGraph:
 class CompiledGraph:
     """A `TorchGraph`'s computation compiled by `torch.compile` (Inductor; `mode` None is its
     default mode), the whole graph as one program (`fullgraph=True`: a graph break is an error,
-    not a silent fallback to eager). The folded and leaf tensors the compute nodes read are its
-    arguments. Compilation happens at the first call: `compile()` makes it and returns its
+    not a silent fallback to eager), for its static shapes (`dynamic=False`). The folded and
+    leaf tensors the compute nodes read are its arguments. Compilation happens at the first call: `compile()` makes it and returns its
     seconds. Runs the same way as a `TorchGraph` (`run`, `outputs`, `time_alternately`)."""
 
     def __init__(self, tg: TorchGraph, mode: str | None = None) -> None:
@@ -220,7 +220,10 @@ class CompiledGraph:
                     env[res[0]] = out
             return [env[v] for v in outs]
 
-        self.fn = torch.compile(forward, mode=mode, fullgraph=True)
+        # dynamic=False: every graph is compiled for its static shapes. The graphs of a model
+        # share `forward`'s code object, and with automatic dynamic shapes a second one would
+        # be compiled as a recompilation of the first, with symbolic sizes
+        self.fn = torch.compile(forward, mode=mode, fullgraph=True, dynamic=False)
         self.cuda_graph: Any = None
         self.compile_s: float | None = None
         self.cache: dict[str, int] = {}
