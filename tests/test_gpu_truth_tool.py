@@ -153,3 +153,29 @@ def test_plan_counts_every_precision(tool, capsys):
 def test_profiled_kernels_are_sorted_by_kind(name, kind):
     from eqsat_nb.cost.torch_graph import kernel_kind
     assert kernel_kind(name) == kind
+
+
+def test_the_report_has_a_row_per_model_and_the_compile_lines(tool):
+    errors = {"matmul": {"configs": 3, "median_ratio": 1.1, "worst_ratio": 2.0}}
+    tables = {p: {"name": f"h200-measured-{p}", "measured": 10, "configs": 12, "measure_s": 3.0,
+                  "op_errors": errors} for p in ("fp32", "bf16")}
+    run = {"original": {"us": 200.0}, "optimized": {"us": 160.0}, "pct": 25.0,
+           "check": {"ok": True, "rel_error": {"original": 4e-3, "optimized": 5e-3}}}
+    compiled = dict(run, pct=2.0, compile_s={"original": 3.0, "optimized": 2.0},
+                    background_compile_s={"original": 20.0, "optimized": 15.0})
+    doc = {"device": "NVIDIA H200", "fingerprint": "gpu|NVIDIA H200", "torch": "2.11.0",
+           "budget_s": 400, "total_s": 390, "method": "graph", "e2e_precision": "bf16",
+           "compile_mode": None, "compile_workers": 6, "profile": "h100", "tables": tables,
+           "skipped": ["vit_huge under torch.compile (predicted 120 s)"],
+           "models": [{"name": "bert", "est": {"fp32": {"pct": 30.0},
+                                               "bf16": {"pct": 28.0, "misses": 1}},
+                       "e2e": {"asis": run, "compiled": compiled},
+                       "note": "bert: estimated 28.0 %, measured 2.0 % under torch.compile"},
+                      {"name": "vgg19", "est": {"fp32": {"pct": 0.0}}}]}
+    text = tool.markdown(doc)
+    assert "| bert | 30.0 | 28.0 | 25.0 | 2.0 | 0.200 | 0.200 | 5 (35) | 1 | ok (5.0e-03) |" \
+        in text
+    assert "| vgg19 | 0.0 | – | – | – | – | – | – | – | – |" in text
+    assert "| matmul | 1.10 (2.00), 3 | 1.10 (2.00), 3 |" in text
+    assert "(1 of 1 compiled)" in text and "- bert: estimated 28.0 %" in text
+    assert "6 background processes" in text and "Not done: vit_huge" in text

@@ -722,7 +722,10 @@ def markdown(doc: dict[str, Any]) -> str:
              + ") and under torch.compile (Inductor, "
              + (doc.get("compile_mode") or "default mode") + ", back-to-back calls), original "
              "and optimized alternated, medians. Compile s: both graphs in the timed process ("
-             "in parentheses: in a background process first, with cold caches).", "",
+             "in parentheses: in a background process first, with cold caches)."
+             + (f" {doc['compile_workers']} background processes compiled the graphs while the "
+                "as-is and compiled timings ran (on other cores; their first runs share the "
+                "device)." if doc.get("compile_workers") else ""), "",
              "| model | " + " | ".join(f"est. {p} %" for p in precisions)
              + f" | {e2e_p} as-is % | {e2e_p} torch.compile % | original as-is ms | original "
              f"compiled ms | compile s | {e2e_p} table misses | check |",
