@@ -723,7 +723,8 @@ def markdown(doc: dict[str, Any]) -> str:
              + (doc.get("compile_mode") or "default mode") + ", back-to-back calls), original "
              "and optimized alternated, medians. Compile s: both graphs in the timed process ("
              "in parentheses: in a background process first, with cold caches)."
-             + (f" {doc['compile_workers']} background processes compiled the graphs while the "
+             + (f" {doc['compile_workers']} background "
+                f"process{'es' if doc['compile_workers'] != 1 else ''} compiled the graphs while the "
                 "as-is and compiled timings ran (on other cores; their first runs share the "
                 "device)." if doc.get("compile_workers") else ""), "",
              "| model | " + " | ".join(f"est. {p} %" for p in precisions)
@@ -1055,7 +1056,8 @@ def run(args, clock: Clock) -> int:
         import tempfile
         pool = WarmPool(args.compile_workers, Path(tempfile.mkdtemp(prefix="gpu_truth_graphs_")))
         doc["compile_workers"] = args.compile_workers
-        log(clock, f"{args.compile_workers} background processes compile the graphs ahead")
+        log(clock, f"{args.compile_workers} background process"
+            f"{'es' if args.compile_workers != 1 else ''} compile the graphs ahead")
     t_phase = clock.elapsed()
     for i, m in enumerate(models):
         row = rows[m["name"]] = {k: m[k] for k in ("name", "path", "nodes", "egraph_nodes",
