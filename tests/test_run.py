@@ -159,6 +159,28 @@ def test_ocf_switch_extractor_is_ocf_improved_and_repeatable(rules):
     assert verify_graphs(graph, first.optimized).ok
 
 
+def test_one_saturation_extracted_with_several_cost_models(rules):
+    """`extract_saturated` on one saturated e-graph gives, per cost model, what `optimize`
+    gives with that model (ocf+switch: no solver, deterministic), and leaves the e-graph as
+    it was."""
+    from eqsat_nb.egraph.convert import graph_to_egraph
+    from eqsat_nb.optimize import extract_saturated
+    from eqsat_nb.search.saturate import Limits, saturate
+    graph = load(EXAMPLES / "nasrnn.tir")
+    eg = graph_to_egraph(graph)
+    saturate(eg, rules, Limits())
+    nodes = eg.num_nodes
+    opts = Options(extract="ocf+switch")
+    for cost in (AnalyticCostModel("a100"), AnalyticCostModel("cpu"),
+                 AnalyticCostModel("h100", "bf16")):
+        got = extract_saturated(eg, graph, cost, opts)
+        want = optimize(graph, cost, rules, opts)
+        assert got.optimized == want.optimized and got.cost_after == want.cost_after
+        assert got.cost_before == want.cost_before and got.extraction == want.extraction
+        assert eg.num_nodes == nodes
+    assert got.improved and got.speedup_pct > 0
+
+
 def test_compare_tolerance():
     ref = np.array([1000.0, 1e-6, -3.0])
     ok = compare([ref], [ref + np.array([0.05, 0.005, 0.0])], ["y"])[0]
