@@ -349,7 +349,37 @@ INVALID = {
     "weight bytes not matching its dims": (
         lambda: _short_weight(conv()), "tensor 'conv.weight' has dims [8, 4, 3, 3] (1152 "
         "bytes) but holds 1148 bytes"),
+    "input dim of -5": (
+        lambda: _input_dim(conv(), 0, -5), "graph input 'input' declares dimension 0 as -5: "
+        "expected a positive size or a symbolic name (dim_param)"),
+    "eqsat-nb.weights naming a missing initializer": (
+        lambda: _weights_meta(matmul_sum(), [["W1", "W1", "%W1", "%/m1"],
+                                             ["missing", "w2", "%w2", "%/m2"]]),
+        "metadata 'eqsat-nb.weights' (this tool's record of weight names) entry 1 names "
+        "initializer 'missing', which the model has neither as an initializer nor as a graph "
+        "input"),
+    "eqsat-nb.weights giving a value name without '%'": (
+        lambda: _weights_meta(matmul_sum(), [["W1", "W1", "W1", "%/m1"]]),
+        "entry 0 gives 'W1' the value name 'W1', expected '%' and a name"),
+    "eqsat-nb.weights naming an initializer twice": (
+        lambda: _weights_meta(matmul_sum(), [["W1", "a", "%a", "%/m1"],
+                                             ["W1", "b", "%b", "%/m1"]]),
+        "entry 1 names initializer 'W1' a second time"),
 }
+
+
+def _input_dim(m: onnx.ModelProto, axis: int, size: int) -> onnx.ModelProto:
+    d = m.graph.input[0].type.tensor_type.shape.dim[axis]
+    d.Clear()
+    d.dim_value = size
+    return m
+
+
+def _weights_meta(m: onnx.ModelProto, entries: list) -> onnx.ModelProto:
+    """The metadata the exporter writes for weight names (onnx_io/exporter.py WEIGHTS_KEY)."""
+    import json
+    h.set_model_props(m, {"eqsat-nb.weights": json.dumps(entries)})
+    return m
 
 
 def _twice(m: onnx.ModelProto) -> onnx.ModelProto:

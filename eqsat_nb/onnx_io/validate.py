@@ -241,6 +241,12 @@ def check_frame(model: Any, source: str) -> None:
                 raise TirError(f"graph input '{vi.name}' declares dimension {axis} as "
                                f"{d.dim_value}, larger than any real tensor (at most "
                                f"2^31 - 1)", file=source)
+            if d.HasField("dim_value") and d.dim_value < -1:
+                # -1 is the "unknown" some converters write (read as a symbolic dim); any
+                # other negative size is no size at all
+                raise TirError(f"graph input '{vi.name}' declares dimension {axis} as "
+                               f"{d.dim_value}: expected a positive size or a symbolic name "
+                               f"(dim_param)", file=source)
 
 
 def _probe_onnxruntime(model: Any, source: str) -> None:
