@@ -507,3 +507,97 @@ def test_large_model_is_written_with_its_data_beside_it_and_left_unchanged(tmp_p
         external.write_model(str(out), model, force=False)
     sess = runtime.session(model)                  # a session of a large model: same
     assert sess.get_inputs()[0].name == "x" and model.SerializeToString() == before
+
+
+# ------------------------------------------------------------------ runs that never end
+def endless_loop(with_matmuls: bool = False) -> onnx.ModelProto:
+    """A legal model whose Loop adds 1 to a float 2^40 times (days in onnxruntime), its result
+    added to the output; `with_matmuls`: x·W1 + x·W2 beside it, which the rules merge (so an
+    optimized model is spliced, checked and timed)."""
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]),
+         h.make_node("Add", ["v_in", "one"], ["v_out"])], "body",
+        [h.make_tensor_value_info("i", T.INT64, []),
+         h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("v_in", T.FLOAT, [1])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []),
+         h.make_tensor_value_info("v_out", T.FLOAT, [1])],
+        [nh.from_array(np.array([1.0], np.float32), "one")])
+    nodes = [h.make_node("Loop", ["trips", "cond", "v0"], ["/loop"], name="/Loop", body=body)]
+    inits = [nh.from_array(np.array(2**40, np.int64), "trips"),
+             nh.from_array(np.array(True), "cond"),
+             nh.from_array(np.array([0.0], np.float32), "v0")]
+    if with_matmuls:
+        nodes += [h.make_node("MatMul", ["x", "W1"], ["/m1"], name="/m1/MatMul"),
+                  h.make_node("MatMul", ["x", "W2"], ["/m2"], name="/m2/MatMul"),
+                  h.make_node("Add", ["/m1", "/m2"], ["/s"], name="/Add")]
+        inits += [_w("W1", [64, 64]), _w("W2", [64, 64])]
+    else:
+        nodes.append(h.make_node("Mul", ["x", "x"], ["/s"], name="/Mul"))
+    nodes.append(h.make_node("Add", ["/s", "/loop"], ["y"], name="/Add2"))
+    m = _model(nodes, [_x((2, 64), name="x")], [h.make_tensor_value_info("y", T.FLOAT, [2, 64])],
+               inits)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _timed_run(tmp_path: Path, model: onnx.ModelProto, limit: float, *extra: str
+               ) -> tuple[int, float]:
+    """(exit code, wall seconds less Numba compilation, which --time-limit does not count)."""
+    import time
+
+    from eqsat_nb.search.limits import compile_seconds
+    t, c = time.perf_counter(), compile_seconds()
+    code = run(tmp_path, model, "out/o.onnx", "--time-limit", f"{limit:g}", *extra)
+    return code, time.perf_counter() - t - (compile_seconds() - c)
+
+
+def test_loop_of_2_40_trips_stops_at_the_time_limit(tmp_path, capsys):
+    """The import's test run in onnxruntime is stopped at --time-limit: a located error naming
+    the run, the node and the option, and nothing written."""
+    code, took = _timed_run(tmp_path, endless_loop(), 3)
+    err = error_of(capsys)
+    assert code == 1, err
+    assert (f"{tmp_path / 'in' / 'm.onnx'}: error: onnxruntime's test run of the input model "
+            f"was stopped at the time limit after ") in err, err
+    assert ("s (in node '/Loop' (Loop)); nothing was written. A larger --time-limit (now 3 s) "
+            "leaves it more time") in err, err
+    assert 2.0 < took < 6.0, took
+    assert not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("verify", ["interpreter", "onnxruntime only"])
+def test_endless_loop_past_the_import_check_writes_the_input_unchanged(tmp_path, capsys,
+                                                                       monkeypatch, verify):
+    """A model too large for the import's test run (the limit lowered here) reaches the
+    verification, where the Loop runs as an opaque node in onnxruntime, and the onnxruntime
+    comparison of the optimized model with the input: each stops at the time limit, and OUT is
+    the input, byte for byte (the optimized model was never checked)."""
+    import json
+
+    from eqsat_nb.onnx_io import validate
+    monkeypatch.setattr(validate, "RUN_CHECK_BYTES", 0)
+    extra = ["--report", str(tmp_path / "r.json")]
+    if verify == "onnxruntime only":          # the interpreter's check does not fit: skipped
+        extra += ["--verify-memory", "1K"]
+    code, took = _timed_run(tmp_path, endless_loop(with_matmuls=True), 4, *extra)
+    err = error_of(capsys)
+    assert code == 0, err
+    assert took < 7.0, took
+    report = json.loads((tmp_path / "r.json").read_text())
+    out = report["onnx_output"]
+    assert out["written"] == "input unchanged", out
+    if verify == "interpreter":
+        assert "verification was stopped at the time limit" in report["verification"]["summary"]
+        assert out["reason"].startswith("onnxruntime's run of the input model for the comparison "
+                                        "with the optimized model was not started: the time "
+                                        "limit had been reached"), out
+    else:
+        assert report["verification"]["status"] == "memory"
+        assert out["reason"].startswith("onnxruntime's run of the input model for the comparison "
+                                        "with the optimized model was stopped at the time limit "
+                                        "after "), out
+        assert "(in node '/Loop' (Loop))" in out["reason"], out
+    assert "a larger --time-limit leaves onnxruntime more time" in out["reason"], out
+    assert (tmp_path / "out" / "o.onnx").read_bytes() == (tmp_path / "in" / "m.onnx").read_bytes()
+

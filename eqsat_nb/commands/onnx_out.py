@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import TirError, VerificationError
+from ..errors import RunStopped, TirError, VerificationError
 from .files import write_onnx
 
 
@@ -48,20 +48,26 @@ def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str
                            ) -> tuple[bool, str]:
     """Both models in onnxruntime on the same inputs (one set per entry of `feeds_list`),
     outputs compared by name with `check_outputs`' tolerances: (all equal, the summary). A
-    TirError (without a file: the caller names the input) if onnxruntime cannot run `before`."""
+    TirError (without a file: the caller names the input) if onnxruntime cannot run `before`;
+    RunStopped at the enclosing `stopping.time_limit`."""
     from ..check_outputs import worst_over
-    from ..runtime import quiet_run, session
+    from ..runtime import session
+    from ..stopping import run_until
 
     names = [o.name for o in before.graph.output]
     try:
         a = session(before)
-        want = [a.run(names, dict(f), quiet_run()) for f in feeds_list]
+        want = [run_until(a, names, f, what="onnxruntime's run of the input model for the "
+                          "comparison with the optimized model") for f in feeds_list]
+    except RunStopped:
+        raise
     except Exception as e:      # noqa: BLE001 - the input itself fails: say so, located
         from ..onnx_io.validate import ort_located
         raise TirError(f"onnxruntime cannot run the input model on random inputs: "
                        f"{ort_located(e)}. Nothing was written") from None
     b = session(after)
-    runs = ((w, b.run(names, dict(f), quiet_run())) for w, f in zip(want, feeds_list))
+    runs = ((w, run_until(b, names, f, what="onnxruntime's run of the optimized model for "
+                          "the comparison with the input")) for w, f in zip(want, feeds_list))
     v = worst_over(names, runs, tuple(range(len(feeds_list))))
     return v.ok, v.summary()
 
@@ -101,7 +107,20 @@ def _symbolic_note(imp: Any) -> str:
 def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
                       fixed: bool = False) -> OnnxOutcome:
     """Splice, check, measure and write OUT (args.onnx); returns what was written. `fixed`:
-    the user set input shapes or dims, so the result is for those sizes."""
+    the user set input shapes or dims, so the result is for those sizes. A check or timing in
+    onnxruntime stopped at the time limit (`stopping.time_limit`, RunStopped) leaves the
+    optimized model unwritten: OUT is the input, unchanged, and the reason says what stopped."""
+    try:
+        return _write_onnx_result(args, imp, result, gpu_target, fixed)
+    except RunStopped as e:
+        how = copy_input(args.model, args.onnx, imp.model, args.force)
+        return OnnxOutcome("input unchanged", f"{e}. The optimized model could not be checked "
+                           f"and timed within --time-limit, so the input is written unchanged "
+                           f"(a larger --time-limit leaves onnxruntime more time){how}")
+
+
+def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
+                       fixed: bool) -> OnnxOutcome:
     from ..onnx_io.measure import guard, random_feeds
     from ..onnx_io.splice import splice
 
@@ -133,6 +152,8 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
             bigger = [random_feeds(imp.model, seed=args.seed, shapes=other)]
             try:
                 ok, _ = compare_in_onnxruntime(imp.model, spliced, bigger)
+            except RunStopped:
+                raise
             except Exception:    # noqa: BLE001 - onnxruntime refusing the size is the answer
                 ok = False
         if not ok:
