@@ -601,3 +601,53 @@ def test_endless_loop_past_the_import_check_writes_the_input_unchanged(tmp_path,
     assert "a larger --time-limit leaves onnxruntime more time" in out["reason"], out
     assert (tmp_path / "out" / "o.onnx").read_bytes() == (tmp_path / "in" / "m.onnx").read_bytes()
 
+
+# ------------------------------------------------------------------ folding what is small only
+def _generator(kind: str, n: int) -> onnx.ModelProto:
+    """An integer value of n (or n*n) elements computed from a few constants, reduced to one
+    number that is added to the output: legal, and n elements to build if folded."""
+    if kind == "Range":
+        inits = [nh.from_array(np.array(v, np.int64), k) for k, v in
+                 (("start", 0), ("limit", n), ("delta", 1))]
+        gen = [h.make_node("Range", ["start", "limit", "delta"], ["/g"], name="/Range")]
+    elif kind == "ConstantOfShape":
+        inits = [nh.from_array(np.array([n, n], np.int64), "shape")]
+        gen = [h.make_node("ConstantOfShape", ["shape"], ["/g"], name="/ConstantOfShape",
+                           value=h.make_tensor("v", T.INT64, [1], [3]))]
+    else:                                    # broadcasting [n, 1] + [1, n]
+        inits = [nh.from_array(np.arange(n, dtype=np.int64).reshape(n, 1), "a"),
+                 nh.from_array(np.arange(n, dtype=np.int64).reshape(1, n), "b")]
+        gen = [h.make_node("Add", ["a", "b"], ["/g"], name="/Add0")]
+    nodes = gen + [h.make_node("ReduceMax", ["/g"], ["/mx"], name="/ReduceMax", keepdims=0),
+                   h.make_node("Cast", ["/mx"], ["/f"], name="/Cast", to=T.FLOAT),
+                   h.make_node("Add", ["x", "/f"], ["y"], name="/Add")]
+    return _model(nodes, [_x((2, 8), name="x")], [h.make_tensor_value_info("y", T.FLOAT, [2, 8])],
+                  inits)
+
+
+@pytest.mark.parametrize("kind,n", [("Range", 2**31), ("ConstantOfShape", 2**16),
+                                    ("Add", 2**15)])
+def test_folding_never_builds_a_large_value(monkeypatch, kind, n):
+    """Constant folding keeps only small values (FOLD_MAX elements): a node whose result would
+    be larger is not evaluated at all (onnx.reference would build its 2^30 to 2^32 elements,
+    many GB and minutes, before the size could be checked); small ones still fold."""
+    from eqsat_nb.onnx_io import fold
+
+    evaluated: list[str] = []
+    real = fold._evaluate
+
+    def record(node, args, opsets):
+        evaluated.append(node.op_type)
+        if node.op_type == kind:
+            raise AssertionError(f"{kind} of {n} elements evaluated")
+        return real(node, args, opsets)
+
+    monkeypatch.setattr(fold, "_evaluate", record)
+    big = _generator(kind, n)
+    known = {t.name: nh.to_array(t) for t in big.graph.initializer}
+    folded = fold.fold_model(big, {"x": (2, 8)}, known)
+    assert "/g" not in folded.values and kind not in evaluated
+    monkeypatch.setattr(fold, "_evaluate", real)
+    small = _generator(kind, 16)
+    known = {t.name: nh.to_array(t) for t in small.graph.initializer}
+    assert "/mx" in fold.fold_model(small, {"x": (2, 8)}, known).values
