@@ -46,7 +46,7 @@ def check_models(before: Any, after: Any, feeds_list: Sequence[Feeds],
         except Exception as e:      # noqa: BLE001 - the caller decides what a failure means
             raise _CannotRun(what, e) from None
         return lambda feeds: run_until(s, names, feeds, what=f"onnxruntime's run of {what} "
-                                       f"for the check")
+                                       f"for the comparison")
 
     try:
         if precision not in HALF:
