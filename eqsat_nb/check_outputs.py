@@ -333,7 +333,7 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
 
 # ------------------------------------------------------------------ what verification costs
 # bytes per element as the interpreter holds values (floats in its float32)
-_ITEMSIZE = {"f16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
+_ITEMSIZE = {"f16": 4, "bf16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
 # working memory of one node beyond its results: its op's `interp_temps` (multiples of the
 # results' bytes: temporaries of its reference kernel) or `work` hook (ir/ops/, conv2d's paths)
 # rough speeds of the interpreter (BLAS on one thread) on a 2-core machine, below what it

@@ -92,7 +92,7 @@ from ..ir.graph import TensorType
 from ..ir.ops import flops, ops_priced_as
 from .model import FREE_OPS, CostModel, OpSignature
 
-ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
+ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
 # each op's pricing class is its `OpDef.cost` (ir/ops/, one module per operator family)
 TRANSCENDENTAL = ops_priced_as("transcendental")     # tanh, sigmoid, gelu, softmax, ...
 POOLS = ops_priced_as("pool")

@@ -87,8 +87,11 @@ def set_tf32(torch, on: bool) -> None:
 
 
 def torch_dtype(torch, dtype: str) -> Any:
-    """The torch dtype of an IR element type (f32 -> torch.float32, bool -> torch.bool)."""
-    return torch.bool if dtype == "bool" else getattr(torch, np.dtype(NP_DTYPES[dtype]).name)
+    """The torch dtype of an IR element type (f32 -> torch.float32, bf16 -> torch.bfloat16,
+    bool -> torch.bool)."""
+    if dtype in ("bool", "bf16"):
+        return torch.bool if dtype == "bool" else torch.bfloat16
+    return getattr(torch, np.dtype(NP_DTYPES[dtype]).name)
 
 
 def device_operands(torch, input_types: Sequence[TensorType], dev: Any, op: str = "",

@@ -220,8 +220,12 @@ def lower_opaque(torch: Any, node: Any, ins_t: Sequence[TensorType], dev: Any,
         raise NotImplementedError(f"an opaque {op} (an operator the IR does not model) on the "
                                   "inference path has no PyTorch lowering")
     def host(*xs: Any) -> tuple[Any, ...]:
-        outs = run_opaque(node.attrs, [x.detach().cpu().numpy() for x in xs], ins_t, node.types)
-        return tuple(torch.as_tensor(o).to(dev) for o in outs)
+        # NumPy has no bfloat16: bf16 tensors cross as float32 (ir/bfloat16.py)
+        arrays = [(x.float() if x.dtype == torch.bfloat16 else x).detach().cpu().numpy()
+                  for x in xs]
+        outs = run_opaque(node.attrs, arrays, ins_t, node.types)
+        return tuple(torch.as_tensor(o).to(dev, torch_dtype(torch, t.dtype))
+                     for o, t in zip(outs, node.types))
     return host
 
 

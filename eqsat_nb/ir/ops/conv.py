@@ -272,15 +272,14 @@ def _merge_onnx(w: Any, n: Any) -> None:
     if value is not None:
         w.fold(n, merge(value, n.a))
         return
-    from ..opaque import NP_DTYPES
     (k,) = n.in_types
     count, groups = n.a["count"], n.a["groups"]
     o, cg, kh, kw = k.shape
     blocks = (groups // count, count, o // groups, 1, cg, kh, kw)
-    mask = np.eye(count, dtype=NP_DTYPES[k.dtype]).reshape(1, count, 1, count, 1, 1, 1)
+    mask = np.eye(count).reshape(1, count, 1, count, 1, 1, 1)
     r, m = w.tmp(n, "blocks"), w.tmp(n, "masked")
     w.add("Reshape", [n.ins[0], w.ints(n, "blocks_shape", blocks)], [r])
-    w.add("Mul", [r, w.constant(n, "mask", mask)], [m])
+    w.add("Mul", [r, w.constant(n, "mask", mask, dtype=k.dtype)], [m])
     w.add("Reshape", [m, w.ints(n, "shape", n.out_types[0].shape)], [n.main])
 
 
@@ -317,19 +316,18 @@ def _enlarge_torch(torch: Any, a: dict, ts: list[TensorType]) -> Any:
 
 
 def _merge_torch(torch: Any, a: dict, ts: list[TensorType]) -> Any:
-    from ..opaque import NP_DTYPES
     (w_t,) = ts
     count, groups = a["count"], a["groups"]
     o, cg, kh, kw = w_t.shape
     blocks = (groups // count, count, o // groups, 1, cg, kh, kw)
     out_shape = tuple(_merge([w_t], a)[0].shape)
-    mask_np = np.eye(count, dtype=NP_DTYPES[w_t.dtype]).reshape(1, count, 1, count, 1, 1, 1)
+    mask_np = np.eye(count, dtype=np.float32).reshape(1, count, 1, count, 1, 1, 1)
     cache: dict[Any, Any] = {}
 
     def run(w: Any) -> Any:
         key = (w.device, w.dtype)
         if key not in cache:
-            cache[key] = torch.as_tensor(mask_np, device=w.device)
+            cache[key] = torch.as_tensor(mask_np, device=w.device).to(w.dtype)
         return (w.reshape(blocks) * cache[key]).reshape(out_shape)
     return run
 
