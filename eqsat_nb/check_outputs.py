@@ -279,12 +279,15 @@ def _deadline_check(deadline: float | None) -> Callable[[], None] | None:
 
 def _worst_over_seeds(original: Graph, env: dict, candidate: Callable[[int], Sequence[Any]],
                       seeds: Sequence[int], rtol: float, atol_rel: float,
-                      stop: Callable[[], None] | None = None) -> Verification:
-    """Compare `candidate(seed)` with the interpreter on `original`, keeping each output's
-    worst check over the seeds."""
-    runs = ((run(original, env, seed=seed, check=stop), candidate(seed)) for seed in seeds)
+                      stop: Callable[[], None] | None = None, wide: bool = False
+                      ) -> Verification:
+    """Compare `candidate(seed)` with the interpreter on `original` (`wide`: run without
+    half-precision rounding), keeping each output's worst check over the seeds."""
+    runs = ((run(original, env, seed=seed, check=stop, wide=wide), candidate(seed))
+            for seed in seeds)
+    note = "both widened to float32 (no half-precision rounding)" if wide else ""
     with one_blas_thread():
-        return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel)
+        return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel, note=note)
 
 
 def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], ...]],
@@ -309,10 +312,15 @@ def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], ...]],
 
 
 def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None = None,
-                seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL
-                ) -> Verification:
+                seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL,
+                wide: bool = False) -> Verification:
     """Run an exported ONNX model in onnxruntime and compare it with the reference interpreter
-    on `original`, same inputs (the exporter keeps the graph's input order)."""
+    on `original`, same inputs (the exporter keeps the graph's input order).
+
+    `wide`: the model runs widened to float32 (ir/widen.py; onnxruntime's CPU has bfloat16
+    kernels for few operators) and the interpreter without half-precision rounding
+    (`run(wide=True)`): given the weights as the model holds them, both compute the same
+    float32 function, judged by the fixed rule."""
     from .ir.interp import random_tensor
     from .runtime import session
 
@@ -320,6 +328,14 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
     if len(inputs) != len(original.inputs):
         raise ValueError(f"the ONNX model takes {len(inputs)} inputs, the graph "
                          f"{len(original.inputs)}")
+    if wide:
+        import onnx
+
+        from .ir.widen import widen_graph
+        widened = onnx.ModelProto()
+        widened.CopyFrom(model)
+        widen_graph(widened.graph)
+        model = widened
     sess = session(model)
     env = {"@" + k: v for k, v in (weights or {}).items()}
 
@@ -328,7 +344,7 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
                                                                            inputs)}
         return sess.run(None, feed)
 
-    return _worst_over_seeds(original, env, onnx_outputs, seeds, rtol, atol_rel)
+    return _worst_over_seeds(original, env, onnx_outputs, seeds, rtol, atol_rel, wide=wide)
 
 
 # ------------------------------------------------------------------ what verification costs

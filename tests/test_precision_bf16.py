@@ -58,9 +58,9 @@ def _init_bits(t: onnx.TensorProto) -> np.ndarray:
     return np.frombuffer(t.raw_data, "<u2").reshape(tuple(t.dims))
 
 
-def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+def _model(nodes, inputs, outputs, inits, opset: int = 18) -> onnx.ModelProto:
     g = h.make_graph(nodes, "main_graph", inputs, outputs, initializer=inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], producer_name="pytorch",
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], producer_name="pytorch",
                      producer_version="2.5")
     m.ir_version = 10
     onnx.checker.check_model(m, full_check=True)
@@ -213,6 +213,41 @@ def test_cpu_target_keeps_a_bf16_model_it_cannot_time(tmp_path):
     assert (tmp_path / "o.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()
 
 
+def test_bf16_constants_import_and_export_as_bf16():
+    """Constant nodes, scalar arithmetic on them and a ConstantOfShape (which shape folding
+    would evaluate, into types that depend on the onnx version) stay bf16 values: weights and
+    written constants of bf16 type, the same function."""
+    def const(name: str, bits: np.ndarray) -> onnx.NodeProto:
+        return h.make_node("Constant", [], [name], name=f"node_{name}",
+                           value=_bf16_init(f"{name}_value", bits))
+    nodes = [const("half", _bits(np.float32(0.5)).reshape(())),
+             const("three", _bits(np.float32(3.0)).reshape(())),
+             const("bias", _random_bits([D], 0.5)),
+             h.make_node("Constant", [], ["dims"], name="node_dims",
+                         value=h.make_tensor("dims_value", T.INT64, [1], [D])),
+             h.make_node("ConstantOfShape", ["dims"], ["fill"], name="node_fill",
+                         value=_bf16_init("fill_value", _bits(np.float32([0.25])))),
+             h.make_node("Mul", ["half", "three"], ["factor"], name="node_factor"),
+             h.make_node("Mul", ["x", "factor"], ["scaled"], name="node_scaled"),
+             h.make_node("Add", ["scaled", "bias"], ["biased"], name="node_biased"),
+             h.make_node("Add", ["biased", "fill"], ["y"], name="node_y")]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.BFLOAT16, [4, D])],
+                   [h.make_tensor_value_info("y", T.BFLOAT16, [4, D])], [], opset=20)
+    imp = import_onnx(model, "consts")
+    types = imp.graph.types()
+    assert types["%bias"].dtype == types["%fill"].dtype == types["%y"].dtype == "bf16"
+    assert {t.dtype for t in types.values()} == {"bf16", "i64"}      # i64: the fill's dims
+    written = to_onnx(imp.graph, imp.weights)
+    onnx.checker.check_model(written, full_check=True)
+    tensors = list(written.graph.initializer) + [
+        a.t for n in written.graph.node for a in n.attribute if a.HasField("t")]
+    assert {t.data_type for t in tensors} <= {T.BFLOAT16, T.INT64}
+    feeds = random_feeds(model, seed=1)
+    (want,) = session(widen(model)).run(None, feeds)
+    (got,) = session(widen(written)).run(None, feeds)
+    np.testing.assert_array_equal(got, want)
+
+
 # ------------------------------------------------------------------ wrong rewrites refused
 def test_check_refuses_swapped_projection_weights():
     before = bf16_qkv_model()
@@ -285,6 +320,20 @@ def test_tir_round_trip_with_bf16():
     back = import_onnx(m, "proj")
     assert back.graph == g
     assert np.array_equal(back.weights["w"], w) and back.weights["w"].dtype == np.float32
+
+
+def test_bf16_tir_written_as_onnx_is_checked_widened(tmp_path):
+    """A .tir graph of bf16 values becomes a bf16 ONNX model; onnxruntime checks it widened to
+    float32 against the interpreter on the weights as written."""
+    src, out, rep = tmp_path / "m.tir", tmp_path / "o.onnx", tmp_path / "r.json"
+    src.write_text(TIR.replace("2x8", "64x128").replace("8x4", "128x64")
+                   .replace("2x4", "64x64"))
+    assert main(["run", str(src), "--onnx", str(out), "--report", str(rep), "-q"]) == 0
+    m = onnx.load(str(out))
+    assert m.graph.input[0].type.tensor_type.elem_type == T.BFLOAT16
+    assert [t.data_type for t in m.graph.initializer] == [T.BFLOAT16]
+    check = json.loads(rep.read_text())["verification"]["onnxruntime"]
+    assert "widened to float32" in check
 
 
 @pytest.mark.parametrize("bad", ["bfloat16", "b16"])

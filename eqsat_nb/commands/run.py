@@ -279,8 +279,12 @@ def run_command(args: argparse.Namespace) -> int:
         model = to_onnx(result.optimized, weights, seed=args.seed)
         if not args.no_verify and not getattr(check, "limited", False):
             from ..check_outputs import verify_onnx
+            from ..onnx_io.exporter import written_weights
+            from ..precision import half_precision
             t = time.perf_counter()
-            onnx_check = verify_onnx(graph, model, weights, seeds=check.seeds)
+            half = half_precision(graph.types().values()) is not None
+            onnx_check = verify_onnx(graph, model, written_weights(model) if half else weights,
+                                     seeds=check.seeds, wide=half)
             result.times["verify_onnx"] = time.perf_counter() - t
             report["verification"]["onnxruntime"] = onnx_check.summary()
             if not onnx_check.ok:

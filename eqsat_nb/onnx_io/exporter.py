@@ -32,7 +32,7 @@ from ..ir.opaque import (DEFAULT_OPSET, DTYPE_TO_ONNX, EMPTY, IR_VERSION, NP_DTY
                          empty_tensor)
 from ..ir.ops import OPS
 from ..ir.ops.onnx_map import ACT_ONNX, OnnxNode
-from ..ir.tensors import as_dtype, from_array
+from ..ir.tensors import as_dtype, from_array, to_array
 
 WEIGHTS_KEY = "eqsat-nb.weights"
 # the opset from which each op's usual ONNX form exists (Softmax: the last-axis-only semantics
@@ -273,6 +273,14 @@ def to_onnx(graph: Graph, weights: Mapping[str, np.ndarray] | None = None, seed:
     model.ir_version = IR_VERSION
     helper.set_model_props(model, {WEIGHTS_KEY: json.dumps(w.weight_meta)})
     return model
+
+
+def written_weights(model: Any) -> dict[str, np.ndarray]:
+    """The weight values a model written by `to_onnx` holds, by weight name (as the host holds
+    them: bf16 ones as float32 arrays, ir/bfloat16.py)."""
+    raw = {p.key: p.value for p in model.metadata_props}.get(WEIGHTS_KEY, "[]")
+    inits = {t.name: t for t in model.graph.initializer}
+    return {w: to_array(inits[r]) for r, w, *_ in json.loads(raw) if r in inits}
 
 
 def save_onnx(graph: Graph, path: str | Path, weights: Mapping[str, np.ndarray] | None = None,
