@@ -52,6 +52,7 @@ class Options:
     budget: Budget | None = None            # the command's time budget (None: only the limits)
     reserve: float = 0.0                    # seconds of the budget kept for after optimize()
     search_share: float = 0.5               # of the budget left (less reserve) when search starts
+    alternatives: bool = False              # also extract with the cheaper extractors
 
 
 @dataclass
@@ -70,6 +71,10 @@ class Result:
     improved: bool = True         # False: the original was kept
     rules_banned: dict[str, int] = field(default_factory=dict)   # saturate: bans per rule
     changes: list = field(default_factory=list)   # cost.explain.Change, largest saving first
+    # Options.alternatives: (extractor, graph) of the other extractors' answers, for a choice
+    # confirmed end to end (confirm.py)
+    alternatives: list = field(default_factory=list)
+    confirmed: str = ""           # how the choice was confirmed end to end (confirm.py), if it was
 
     @property
     def speedup_pct(self) -> float:
@@ -111,6 +116,9 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
         t = time.perf_counter()
         choice, how = _extract(problem, options)
         nodes = egraph_choice(problem, choice, eg.num_nodes)
+        alternatives = [(label, egraph_to_graph(eg, egraph_choice(problem, c, eg.num_nodes),
+                                                name=graph.name))
+                        for label, c in _alternatives(problem, options)]
         times["extract"] = time.perf_counter() - t
     else:          # MCTS prices, searches and extracts (ocf during search, its final extractor)
         from .search.mcts import MctsOptions, mcts_optimize
@@ -128,6 +136,7 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
         times["search"] = report.search_seconds
         times["extract"] = report.extract_seconds
         nodes = report.choice
+        alternatives = []
     optimized = egraph_to_graph(eg, nodes, name=graph.name) if nodes is not None else graph
 
     before, after = graph_cost(cost_model, graph), graph_cost(cost_model, optimized)
@@ -140,7 +149,18 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
         optimized, after = graph, before
     return Result(graph, optimized, before, after, eg.num_nodes, eg.num_classes, iterations,
                   stop, how if improved else f"{how}; no cheaper graph, original kept", fired,
-                  times, improved, banned, changes)
+                  times, improved, banned, changes, alternatives)
+
+
+def _alternatives(problem, options: Options) -> list[tuple[str, np.ndarray]]:
+    """With `options.alternatives`, the choices of the extractors cheaper than the one asked
+    for (ocf+switch, ocf, greedy): graphs a cost model ranks close that an end-to-end
+    measurement may order otherwise."""
+    if not options.alternatives:
+        return []
+    order = ("ilp", "ocf+switch", "ocf", "greedy")
+    below = order[order.index(options.extract) + 1:] if options.extract in order else ()
+    return [(label, _extract(problem, replace(options, extract=label))[0]) for label in below]
 
 
 def _with_search_budget(options: Options) -> Options:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +177,19 @@ def test_bench_prints_the_table_with_published_numbers(capsys):
     assert "paper TENSAT %" in out and "paper MCTS %" in out
     nas = next(line for line in out.splitlines() if line.startswith("| nasrnn"))
     assert "68.9" in nas and "41.2" in nas
+
+
+def test_bench_json_is_a_record_naming_its_command_machine_and_versions(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = ["bench", str(EXAMPLES / "tiny_conv.tir"), "--device", "a100", "-q", "--extract",
+            "ocf", "--no-verify", "--json", str(out)]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["command"] == shlex.join(["eqsat-nb", *argv])
+    assert doc["machine"]["cpu_model"] and doc["machine"]["usable_cores"] >= 1
+    assert doc["versions"]["numba"] and doc["versions"]["eqsat-nb"]
+    assert doc["cost_model"].startswith("analytic a100")
+    assert [r["model"] for r in doc["rows"]] == ["tiny_conv"]
 
 
 def test_bench_unknown_model_is_a_clear_error(capsys):

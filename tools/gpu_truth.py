@@ -3,7 +3,7 @@
     python tools/gpu_truth.py [MODEL ...] [--out DIR] [--budget S] [--device-kind cuda|cpu]
 
 MODEL: names of shipped examples (default: the 13 benchmark models) or .tir / .onnx files. The
-command for the lent GPU machine, and how the project travels there, are in tools/GPU_TRUTH.md.
+command for a GPU machine without network access, and how the project travels there, are in tools/GPU_TRUTH.md.
 
 Phases, in priority order within one time budget (`--budget`, default 420 s; a phase that would
 not fit is cut short and says so, and the results so far are written after each phase):
@@ -23,7 +23,7 @@ not fit is cut short and says so, and the results so far are written after each 
    synchronised eager loop, `--eager-rounds`), after checking that the optimized graphs compute
    what the original does on the device (relative error).
 4. Per-op estimate error (analytic profile / measured, per operator kind: median and worst),
-   sum of per-op times against the whole-graph time, and the tables of issue 29's acceptance.
+   sum of per-op times against the whole-graph time, and the tables of docs/gpu-costs.md.
 
 Writes under `--out` (default $OUT, else ./gpu_truth_out): `gpu_truth.json` (everything),
 `gpu_truth.md` (the tables), `TABLE.json` (the measured cost table, named after the GPU, e.g.
@@ -155,7 +155,7 @@ def measure_configs(order: list, model, clock: Clock, stop_at: float) -> dict:
 # CUDA graph capture and the Python around them, plus cuDNN's algorithm search for a conv
 # (benchmark mode tries every algorithm once). The plan errs high: on the H100 1 229
 # configurations took 29.7 s against 68 s planned, on the H200 1 286 took 26.9 s against 70 s
-# (2026-11-28; 21-24 ms each); kept, so that a plan that fits the budget surely does.
+# (21-24 ms each); kept, so that a plan that fits the budget surely does.
 OVERHEAD_S = {"conv2d": 0.04, "other": 0.01}
 
 

@@ -76,7 +76,7 @@ def measure_pair(first, second, repeats: int, warmups: int = 3) -> tuple[float, 
 
     The clock is the calling thread's CPU time: with one intra-op thread onnxruntime runs the
     kernels on the caller's thread, so this is the latency of a run without the time the process
-    spent descheduled (this machine's two vCPUs are shared; wall time swung by 2x under load)."""
+    spent descheduled (on a 2-vCPU machine shared with other jobs, wall time swung by 2x under load)."""
     from ..cost.onnx_node import random_inputs
     from ..runtime import session
 
@@ -146,7 +146,9 @@ def bench_command(args: argparse.Namespace) -> int:
                      lambda p: p.write_text(table + "\n" + note + "\n" + ("\n" + why if why
                                                                           else "")))
     if args.json:
-        body = json.dumps({"cost_model": cost_name, "rows": rows}, indent=2) + "\n"
+        from ..provenance import record
+        doc = {**record(getattr(args, "argv", None)), "cost_model": cost_name, "rows": rows}
+        body = json.dumps(doc, indent=2) + "\n"
         write_atomic(args.json, lambda p: p.write_text(body))
     return 0
 

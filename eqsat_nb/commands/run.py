@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from ..errors import TirError, VerificationError
 from ..extract import METHODS
+from ..precision import PRECISIONS
 from ..search.limits import Limits
 from .files import check_tir_output, check_writable, write_atomic, write_onnx  # noqa: F401 - re-exported
 
@@ -104,6 +105,9 @@ def add_search_options(c: argparse.ArgumentParser) -> None:
                    help="device for the analytic backend: cpu (default), a100, h100 or h200 "
                    "(times measured on that GPU), h100-roofline, a profile .json, or a "
                    "measured cost table (TABLE.json)")
+    e.add_argument("--precision", default=None, choices=PRECISIONS,
+                   help="the precision the model is priced in as deployed: fp32, tf32 (fp32 "
+                   "with tensor-core GEMMs), fp16, bf16 (default: the model's own float type)")
     e.add_argument("--cost-db", default=None, metavar="PATH",
                    help="SQLite cost cache for measuring backends (default: user cache dir)")
 
@@ -128,13 +132,26 @@ def options_from_args(args: argparse.Namespace):
         mcts = MctsOptions(**fields)
     ilp = {k: v for k, v in (("ilp_stall", args.ilp_stall), ("ilp_gap", args.ilp_gap))
            if v is not None}
+    from ..confirm import is_device
     return Options(search=args.search, limits=limits, mcts=mcts, extract=args.extract,
-                   ilp_time_limit=args.ilp_time_limit, **ilp)
+                   ilp_time_limit=args.ilp_time_limit,
+                   alternatives=is_device(getattr(args, "device", None)), **ilp)
 
 
-def cost_model_from_args(args: argparse.Namespace):
+def cost_model_from_args(args: argparse.Namespace, graph: Any = None):
+    """The cost model the options name, pricing `graph`'s precision unless --precision says
+    another (fp32 for a graph of no floats)."""
+    from ..confirm import is_device, require_device
     from ..cost.select import make_cost_model
-    return make_cost_model(args.cost, args.device, args.cost_db, progress=not args.quiet)
+    from ..precision import graph_precision
+    if is_device(args.device):      # measured on this machine's GPU, each configuration once
+        require_device(args.device)
+        return make_cost_model("torch", args.device, args.cost_db, progress=not args.quiet)
+    precision = getattr(args, "precision", None)
+    if precision is None and graph is not None:
+        precision = graph_precision(graph.types().values())
+    return make_cost_model(args.cost, args.device, args.cost_db, progress=not args.quiet,
+                           precision=precision)
 
 
 def describe_cost_model(model: Any) -> str:
@@ -143,10 +160,16 @@ def describe_cost_model(model: Any) -> str:
     device = getattr(model, "device", None) or getattr(getattr(model, "profile", None), "name",
                                                        None)
     text = f"{model.name} {device}" if device else str(model.name)
+    precision = getattr(model, "precision", None)
+    if isinstance(precision, str):
+        text += f", {precision}"
     hits, misses = getattr(model, "hits", None), getattr(model, "misses", None)
     if isinstance(hits, int) and isinstance(misses, int) and hits + misses:
         text += (f" ({hits} of {hits + misses} configurations measured"
                  + (f", the rest by the {model.table.base_profile} roofline)" if misses else ")"))
+    note = getattr(model, "note", None)
+    if isinstance(note, str) and note:
+        text += f" ({note})"
     return text
 
 
@@ -248,7 +271,7 @@ def run_command(args: argparse.Namespace) -> int:
         from ..onnx_io.splice import rules_for_opset
         rules, dropped = rules_for_opset(list(rules), default_opset(imp.model))
     load_s = time.perf_counter() - t
-    cost_model = cost_model_from_args(args)
+    cost_model = cost_model_from_args(args, graph)
     result, check = optimize_and_verify(graph, weights, cost_model, rules, args, budget)
     result.times = {"load": load_s, **result.times}
     report = make_report(args.model, result, check, describe_cost_model(cost_model), budget)
@@ -328,6 +351,8 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
             on_iteration=lambda it: bar.update(it.index, f"{it.nodes} nodes, "
                                                          f"{it.classes} classes"),
             on_decision=lambda d: bar.update(d.index, f"{d.action}, {d.nodes} nodes"))
+    if result.alternatives:
+        result = confirm_choice(result, weights, cost_model, args)
     if args.no_verify:
         return result, None
     from ..check_outputs import NotVerified, VerificationStopped, verify_graphs
@@ -363,6 +388,25 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
             f"Nothing was written. Rules that fired: {fired}. Please report this "
             f"(`eqsat-nb verify-rules` checks the rules one by one).", file=args.model)
     return result, check
+
+
+def confirm_choice(result, weights, cost_model, args: argparse.Namespace):
+    """`--device cuda`: the extracted graph, the other extractors' answers and the original run
+    end to end on the GPU (`confirm.confirm`); the fastest measured one becomes the result."""
+    import dataclasses
+
+    from ..confirm import confirm
+    from ..cost.model import graph_cost
+
+    candidates = [("extracted", result.optimized)] if result.improved else []
+    candidates += result.alternatives
+    t = time.perf_counter()
+    chosen, how = confirm(result.original, candidates, weights, args.device)
+    times = {**result.times, "confirm": time.perf_counter() - t}
+    changes = result.changes if chosen is result.optimized else []
+    return dataclasses.replace(result, optimized=chosen, improved=chosen is not result.original,
+                               cost_after=graph_cost(cost_model, chosen), changes=changes,
+                               times=times, confirmed=how.describe())
 
 
 VERIFY_SHARE = 0.6      # verification may take at most this share of the time budget left
@@ -442,6 +486,7 @@ def make_report(model: str, result, check, cost_name: str, budget=None) -> dict[
         "extraction": result.extraction,
         "improved": result.improved,
         "changes": [c.as_dict() for c in result.changes],
+        "confirmed": result.confirmed or None,
         "rules_fired": dict(sorted(result.rules_fired.items(), key=lambda kv: (-kv[1], kv[0]))),
         "rules_banned": dict(sorted(result.rules_banned.items())),
         "times_s": result.times,
@@ -496,6 +541,8 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
     changes = r.get("changes") or []
     for line in _why_lines(changes):
         lines.append("  why: " + line)
+    if r.get("confirmed"):
+        lines.append("  " + r["confirmed"])
     fired = r["rules_fired"]
     if fired:
         shown = ", ".join(f"{k} x{v}" for k, v in list(fired.items())[:8])

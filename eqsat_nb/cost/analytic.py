@@ -54,7 +54,7 @@ cost is far from proportional to FLOPs:
 - A depthwise conv with a channel multiplier (one input channel but M > 1 output channels per
   group, e.g. 512 -> 1536 channels in 512 groups) is one of those, not the depthwise kernel:
   TASO measured such convs at 0.5-1.9 ms on its GPU (256 -> 512 channels, 3x3, 28x28: 0.48 ms;
-  512 -> 1536, 3x3, 14x14: about 1.9 ms; issue 29 and DESIGN.md section 12, from TASO's costs in
+  512 -> 1536, 3x3, 14x14: about 1.9 ms; from TASO's costs in
   TENSAT's NasNet-A e-graph, egraphs-good/extraction-gym data/tensat/nasneta.csv, where the
   conv costs cluster at 0.27-0.30, 0.47-0.50, 0.95-1.07 and 1.90-1.92 ms: about 1.9 us per
   group for 128 to 1024 groups, the per-group rule's figure). The A100 profile prices those two
@@ -92,7 +92,8 @@ from ..ir.graph import TensorType
 from ..ir.ops import flops, ops_priced_as
 from .model import FREE_OPS, CostModel, OpSignature
 
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
+ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1, "bf16": 2}
+FLOAT_TYPES = ("f16", "f32", "f64", "bf16")
 # each op's pricing class is its `OpDef.cost` (ir/ops/, one module per operator family)
 TRANSCENDENTAL = ops_priced_as("transcendental")     # tanh, sigmoid, gelu, softmax, ...
 POOLS = ops_priced_as("pool")
@@ -124,6 +125,13 @@ class DeviceProfile:
     # per-kernel floor of the non-GEMM kernels (element-wise, pooling, copies; None: launch_us)
     ew_launch_us: float | None = None
     op_floor_us: Mapping[str, float] = field(default_factory=dict)  # per-op floor override
+    # GEMM rate (matmul, dense conv) per precision other than fp32: tensor cores (None: fp32's)
+    precision_flops: Mapping[str, float] = field(default_factory=dict)
+
+    def gemm_flops(self, precision: str = "fp32") -> float:
+        """The GEMM rate this profile prices a precision at: its tensor-core rate where it has
+        one (`precision_flops`), else `matmul_flops`."""
+        return self.precision_flops.get(precision, self.matmul_flops)
 
     def floor_us(self, op: str) -> float:
         """The per-kernel floor of `op`: its own (`op_floor_us`) where measured apart, else
@@ -192,17 +200,19 @@ CPU = DeviceProfile("cpu", matmul_flops=113e9, vector_flops=113e9, cache_bw=100e
 # 0.27-0.48 of it. This profile prices that matmul at 4.68 us (launch + 1 MiB of weights over
 # HBM), so 1.3-2.2 us for those kernels; 2.0 is used (the top of the range: a tiny kernel's
 # launch-to-finish time on a recent GPU is a couple of microseconds, never zero).
+# Tensor-core GEMM rates, same datasheet: TF32 156 TFLOP/s, FP16 and BF16 312 TFLOP/s (dense).
 A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_bw=1.555e12,
                      dram_bw=1.555e12, cache_bytes=0, transcendental=2.4e12, pool=19.5e12,
                      transpose_eff=0.7, launch_us=4.0, sms=108, tile=32, split_view=True,
                      concat_in_place=True, group_us=1.77, depthwise_flops=0.6e12,
-                     ew_launch_us=2.0)
+                     ew_launch_us=2.0,
+                     precision_flops={"tf32": 156e12, "fp16": 312e12, "bf16": 312e12})
 
-# NVIDIA H100, measured (issue 29): every constant below was fitted by `cost/calibrate.py`
+# NVIDIA H100, measured: every constant below was fitted by `cost/calibrate.py`
 # (GPU_PARAMS; tools/calibrate_gpu.py) to the shipped table `tables/h100-measured.json`: 1 229
 # operator configurations of the 13 benchmark models' saturated e-graphs and torch.onnx's BERT,
 # timed on an NVIDIA H100 80GB HBM3 (PyTorch 2.11, CUDA 13.0, cuDNN 9.19, TF32 off, each op a
-# CUDA graph of 20 calls, median; tools/gpu_truth.py, 2026-11-28). Geometric-mean error per op
+# CUDA graph of 20 calls, median; tools/gpu_truth.py, docs/gpu-costs.md). Geometric-mean error per op
 # 2.25x -> 1.42x over the 1 016 it prices above 0 (worst 408x -> 12x). What the fit says,
 # against the datasheet profile it replaced (FP32 67 TFLOP/s, HBM3 3.35 TB/s, launch 3 us,
 # A100-derived grouped-conv constants; tools/calibrate_gpu.py DATASHEET):
@@ -219,9 +229,12 @@ A100 = DeviceProfile("a100", matmul_flops=19.5e12, vector_flops=19.5e12, cache_b
 # - A concat is a copy (torch.cat; the producers do not write in place as TASO's runtime has
 #   them): concat_in_place is off. A split stays a view.
 # Not constrained by the sample (kept from the datasheet): transcendental 4.2 T/s, pool rate.
+# Other precisions, not measured yet: the tensor-core peaks of the H100 SXM datasheet (dense
+# TF32 494.7, FP16/BF16 989.4 TFLOP/s against FP32's 66.9) at the efficiency the fp32 fit found
+# (35.9 of 66.9 TFLOP/s): 265 and 531 TFLOP/s; every other rate as in fp32, with 2-byte elements.
 # Priced by this roofline, the graphs the extraction picks still look faster than measured on
 # merge-heavy models (errors of +-40 % per op add up where the extraction can choose):
-# `--device h100-measured` prices by the measurement itself (README, "GPU cost profiles").
+# `--device h100-measured` prices by the measurement itself (docs/gpu-costs.md).
 H100 = DeviceProfile("h100", matmul_flops=35.9e12, vector_flops=115e12, cache_bw=5.54e12,
                      dram_bw=5.54e12, cache_bytes=0, transcendental=4.2e12, pool=67e12,
                      transpose_eff=0.32, launch_us=3.8, sms=132, tile=32, split_view=True,
@@ -229,7 +242,10 @@ H100 = DeviceProfile("h100", matmul_flops=35.9e12, vector_flops=115e12, cache_bw
                      ew_launch_us=1.7,
                      op_scale={"batchnorm": 4.89, "conv2d": 2.39, "layernorm": 9.12,
                                "poolavg": 20.8},
-                     op_floor_us={"conv2d": 8.28})
+                     op_floor_us={"conv2d": 8.28},
+                     precision_flops={p: 35.9e12 * peak / 66.9e12 for p, peak in
+                                      (("tf32", 494.7e12), ("fp16", 989.4e12),
+                                       ("bf16", 989.4e12))})
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (CPU, A100, H100)}
 
@@ -262,7 +278,8 @@ def profile_to_json(prof: DeviceProfile, extra: Mapping[str, Any] | None = None)
                            **{f: getattr(prof, f) for f in _OPTIONAL_FLOAT},
                            **{f: getattr(prof, f) for f in _OPTIONAL_BOOL},
                            "ew_launch_us": prof.ew_launch_us, "op_scale": dict(prof.op_scale),
-                           "op_floor_us": dict(prof.op_floor_us)}
+                           "op_floor_us": dict(prof.op_floor_us),
+                           "precision_flops": dict(prof.precision_flops)}
     if extra:
         doc["fit"] = dict(extra)
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
@@ -286,6 +303,7 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
         vals = {f: float(doc[f]) for f in _FIELDS}
         scale = {str(k): float(v) for k, v in dict(doc.get("op_scale") or {}).items()}
         floors = {str(k): float(v) for k, v in dict(doc.get("op_floor_us") or {}).items()}
+        rates = {str(k): float(v) for k, v in dict(doc.get("precision_flops") or {}).items()}
         ints = {f: int(doc.get(f, d)) for f, d in _OPTIONAL.items()}
         extra = {f: float(doc.get(f, d)) for f, d in _OPTIONAL_FLOAT.items()}
         ew = doc.get("ew_launch_us")          # absent or null: the launch_us floor
@@ -310,7 +328,12 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
     if not all(math.isfinite(v) and v >= 0 for v in [*scale.values(), *floors.values()]):
         raise TirError("device profile's op_scale and op_floor_us values must be finite and "
                        ">= 0", file=str(path))
+    from ..precision import PRECISIONS
+    if not all(k in PRECISIONS and math.isfinite(v) and v > 0 for k, v in rates.items()):
+        raise TirError(f"device profile's precision_flops must map precisions "
+                       f"({', '.join(PRECISIONS)}) to finite rates > 0", file=str(path))
     return DeviceProfile(str(doc.get("name", path.stem)), op_scale=scale, op_floor_us=floors,
+                         precision_flops=rates,
                          **vals, **ints, **extra,
                          **flags)
 
@@ -361,19 +384,29 @@ def _conv_groups(sig: OpSignature) -> tuple[int, int, int, int, int] | None:
     return g, out[0] * out[2] * out[3], out[1] // g, b[1] * b[2] * b[3], b[1]
 
 
-def _bytes(types) -> int:
-    return sum(t.numel * ITEMSIZE.get(t.dtype, 4) for t in types)
+def _bytes(types, float_bytes: int | None = None) -> int:
+    """Bytes of tensors of these types; floats at `float_bytes` each when given (the
+    precision priced), else at their own type's size."""
+    return sum(t.numel * (float_bytes if float_bytes and t.dtype in FLOAT_TYPES else
+                          ITEMSIZE.get(t.dtype, 4)) for t in types)
 
 
 class AnalyticCostModel(CostModel):
-    """Roofline costs for one `DeviceProfile` (a profile object or its name)."""
+    """Roofline costs for one `DeviceProfile` (a profile object or its name) in one precision:
+    `precision` None prices every tensor in its own type at the fp32 GEMM rate (a model's own
+    types); a precision prices float tensors at that precision's bytes per element and GEMMs at
+    its rate (`DeviceProfile.gemm_flops`): how the model runs when deployed in it."""
 
     name = "analytic"
 
-    def __init__(self, prof: DeviceProfile | str = "cpu") -> None:
+    def __init__(self, prof: DeviceProfile | str = "cpu", precision: str | None = None) -> None:
         super().__init__()
+        from ..precision import BYTES
         self.profile = profile(prof) if isinstance(prof, str) else prof
         self.launch_us = self.profile.launch_us
+        self.precision = precision
+        self._float_bytes = BYTES[precision] if precision else None
+        self._gemm = self.profile.gemm_flops(precision or "fp32")
 
     def _cost(self, sig: OpSignature) -> float:
         return self.price(sig)[0]
@@ -398,11 +431,12 @@ class AnalyticCostModel(CostModel):
             copied = sorted(set(sig.const_inputs) | set(sig.bound_inputs))
             if not copied:
                 return 0.0, "concat: written in place, 0 us"
-            nbytes = 2 * _bytes(sig.inputs[i] for i in copied)
+            nbytes = 2 * _bytes((sig.inputs[i] for i in copied), self._float_bytes)
             us = (len(copied) * p.floor_us(op)
                   + p.op_scale.get(op, 1.0) * p.memory_s(nbytes) * 1e6)
             return us, f"concat: copies {len(copied)} of {len(sig.inputs)} operands"
-        mem = p.memory_s(_bytes(sig.inputs) + _bytes(sig.outputs))
+        mem = p.memory_s(_bytes(sig.inputs, self._float_bytes)
+                         + _bytes(sig.outputs, self._float_bytes))
         outs: tuple[TensorType, ...] = sig.outputs
         numel_out = sum(t.numel for t in outs)
         rule = ""
@@ -421,11 +455,11 @@ class AnalyticCostModel(CostModel):
                 compute = g * p.group_us * 1e-6 + p.gemm_s(g, m, n, k)
                 rule = f"conv2d: {g} groups x {p.group_us:g} us"
             elif gemm:
-                compute = p.gemm_s(*gemm)
+                compute = p.gemm_s(*gemm) * p.matmul_flops / self._gemm
                 w = p.waves(*gemm[:3])
                 rule = f"{op}: {w} GEMM wave{'s' if w != 1 else ''}"
             else:
-                compute = f / p.matmul_flops
+                compute = f / self._gemm
             if act in ("tanh", "sigmoid"):
                 compute += numel_out / p.transcendental
             elif act == "relu":

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import TirError
+from ..precision import PRECISIONS
 from .db import CostCache
 from .model import CostModel
 
@@ -52,15 +53,18 @@ def _progress_printer(model) -> Callable[[str, float], None]:
 
 
 def make_cost_model(backend: str = "analytic", device: str | None = None,
-                    db: str | Path | None = None, progress: bool = False) -> CostModel:
+                    db: str | Path | None = None, progress: bool = False,
+                    precision: str | None = None) -> CostModel:
     """The cost model for `backend` on `device` (see the module doc); TirError for a bad name.
-    `progress`: print one stderr line per configuration a measuring backend times."""
+    `progress`: print one stderr line per configuration a measuring backend times.
+    `precision` (analytic backend): price as the model runs in it (fp32, tf32, fp16, bf16);
+    None: each tensor in its own type at the fp32 GEMM rate."""
     if backend not in BACKENDS:
         raise TirError(f"unknown cost backend '{backend}' (choose from {', '.join(BACKENDS)})")
     requested = backend
     reason: str | None = None
     if backend == "analytic":
-        model = _analytic(device)
+        model = _analytic(device, precision)
     else:
         cache = CostCache(db)
         model = None
@@ -102,19 +106,40 @@ MEASURED = {"h100": "h100-measured", "h200": "h200-measured"}
 ROOFLINE = "-roofline"
 
 
-def _analytic(device: str | None) -> CostModel:
+def _analytic(device: str | None, precision: str | None = None) -> CostModel:
     from .analytic import AnalyticCostModel, profile
-    from .table import TableCostModel, is_table_name, shipped_tables
+    from .table import TableCostModel, is_table_name, resolve_table, shipped_tables
+    if precision is not None and precision not in PRECISIONS:
+        raise TirError(f"unknown precision '{precision}' (choose from {', '.join(PRECISIONS)})")
     if device in MEASURED and MEASURED[device] in shipped_tables():
-        return TableCostModel(MEASURED[device])
+        name = measured_table(device, precision)
+        if name in shipped_tables():
+            return TableCostModel(name)
+        base = resolve_table(MEASURED[device]).base_profile
+        model = AnalyticCostModel(profile(base), precision)
+        model.note = (f"no {precision} measurements of the {device} are shipped: priced by "
+                      f"the {base} roofline at {precision} rates")
+        return model
     if device and device.endswith(ROOFLINE) and device[:-len(ROOFLINE)] in MEASURED:
         device = device[:-len(ROOFLINE)]
     if device and is_table_name(device):         # measured costs (cost/table.py)
-        return TableCostModel(device)
+        model = TableCostModel(device)
+        if precision not in (None, model.precision):
+            raise TirError(f"the cost table {device} was measured in {model.precision}, not "
+                           f"{precision}; pass --precision {model.precision} or a table of "
+                           f"{precision}")
+        return model
     try:
-        return AnalyticCostModel(profile(device or "cpu"))
+        return AnalyticCostModel(profile(device or "cpu"), precision)
     except ValueError as e:
         raise TirError(str(e)) from None
+
+
+def measured_table(device: str, precision: str | None) -> str:
+    """The name of `device`'s shipped table for `precision`: `h100-measured` for fp32 (and no
+    precision given), `h100-measured-fp16` etc. for the others."""
+    base = MEASURED[device]
+    return base if precision in (None, "fp32") else f"{base}-{precision}"
 
 
 def _cuda_index(device: str | None) -> int:

@@ -11,12 +11,16 @@ Format (`FORMAT`, version 1):
 
     {"format": "eqsat-nb cost table", "version": 1, "name": "h100-measured",
      "backend": "torch", "device": "gpu|NVIDIA H100 80GB HBM3|...", "base_profile": "h100",
+     "precision": "fp32",
      "notes": {...}, "rows": [{"op": "conv2d", "attrs": {...},
                                "operands": [[[1, 64, 56, 56], "f32", "a"], ...], "us": 12.3}]}
 
 `attrs` and `operands` are the cost cache's key parts (`measured.signature_key`: attributes with
 defaults filled; per operand its shape, dtype and "w" for weight-only or "a"); `us` is the median
-time of one call in microseconds.
+time of one call in microseconds. `precision` (default fp32) is what the kernels ran in: fp32
+and tf32 tables hold f32 operands, fp16 and bf16 tables f16 and bf16 ones; a signature is looked
+up with its float operands in the table's type, so a model is priced in the table's precision
+whatever its own float type (a table of one precision never prices another: `cost.select`).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from typing import Any, Iterable, Mapping
 from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.ops import OPS, infer_types, normalize_attrs
-from .analytic import AnalyticCostModel, profile
+from .analytic import FLOAT_TYPES, AnalyticCostModel, profile
 from .db import canonical_json
 from .measured import signature_key
 from .model import CostModel, OpSignature
@@ -74,6 +78,8 @@ class CostTable:
         self.backend = str(doc.get("backend", ""))
         self.device = str(doc.get("device", ""))
         self.base_profile = str(doc.get("base_profile", "h100"))
+        self.precision = str(doc.get("precision", "fp32"))
+        self._float = {"fp16": "f16", "bf16": "bf16"}.get(self.precision, "f32")
         self.notes = dict(doc.get("notes") or {})
         self.times: dict[tuple[str, str, str], float] = {}
         self.rows = list(doc["rows"])
@@ -86,6 +92,9 @@ class CostTable:
     def lookup(self, sig: OpSignature) -> float | None:
         """The measured µs of `sig`, or None."""
         attrs, operands = signature_key(sig.op, sig.attrs, sig.inputs, sig.const_inputs)
+        for o in operands:
+            if o[1] in FLOAT_TYPES:
+                o[1] = self._float
         return self.times.get(_key(sig.op, attrs, operands))
 
 
@@ -119,10 +128,12 @@ def table_rows(samples: Iterable[tuple[OpSignature, float]]) -> list[dict[str, A
 
 
 def table_json(name: str, rows: list[dict[str, Any]], backend: str, device: str,
-               base_profile: str, notes: Mapping[str, Any] | None = None) -> str:
+               base_profile: str, notes: Mapping[str, Any] | None = None,
+               precision: str = "fp32") -> str:
     """The table as JSON text: the header indented, one row a line, rows in a stable order."""
     head = {"format": FORMAT, "version": VERSION, "name": name, "backend": backend,
-            "device": device, "base_profile": base_profile, "notes": dict(notes or {})}
+            "device": device, "base_profile": base_profile, "precision": precision,
+            "notes": dict(notes or {})}
     ordered = sorted(rows, key=lambda r: (r["op"], canonical_json(r["operands"]),
                                           canonical_json(r["attrs"])))
     lines = [json.dumps(r, sort_keys=True, separators=(", ", ": ")) for r in ordered]
@@ -163,6 +174,10 @@ def load_table(path: str | os.PathLike) -> CostTable:
         profile(str(doc.get("base_profile", "h100")))
     except (ValueError, TirError) as e:
         raise TirError(f"cost table's base_profile: {e}", file=where) from None
+    from ..precision import PRECISIONS
+    if doc.get("precision", "fp32") not in PRECISIONS:
+        raise TirError(f"cost table's precision {doc.get('precision')!r} is not one of "
+                       f"{', '.join(PRECISIONS)}", file=where)
     return CostTable(doc, where)
 
 
@@ -187,7 +202,8 @@ class TableCostModel(CostModel):
     def __init__(self, table: CostTable | str) -> None:
         super().__init__()
         self.table = resolve_table(table) if isinstance(table, str) else table
-        self.base = AnalyticCostModel(self.table.base_profile)
+        self.precision = self.table.precision
+        self.base = AnalyticCostModel(self.table.base_profile, self.precision)
         self.launch_us = self.base.launch_us
         self.device = self.table.name
         self.hits = 0
