@@ -203,6 +203,33 @@ def test_mixed_model_with_bf16_projections_is_merged_and_written(tmp_path):
     assert "widened to float32" in report["onnx_output"]["onnxruntime_check"]
 
 
+def gemm_qkv_model() -> onnx.ModelProto:
+    """TorchScript's bf16 nn.Linear on a rank-2 input: Gemm(transB=1) of the weight as stored,
+    [out, in]; the import transposes it once, a weight the model has no name for."""
+    nodes, inits = [], []
+    for q in "qkv":
+        nodes.append(h.make_node("Gemm", ["hidden", f"w_{q}", f"b_{q}"], [q], name=f"gemm_{q}",
+                                 transB=1))
+        inits += [_bf16_init(f"w_{q}", np.ascontiguousarray(QKV_BITS[f"w_{q}"].T)),
+                  _bf16_init(f"b_{q}", QKV_BITS[f"b_{q}"])]
+    return _model(nodes, [h.make_tensor_value_info("hidden", T.BFLOAT16, [128, D])],
+                  [h.make_tensor_value_info(q, T.BFLOAT16, [128, D]) for q in "qkv"], inits)
+
+
+def test_bf16_gemm_weights_transposed_at_import_are_written_bit_exact(tmp_path):
+    model = gemm_qkv_model()
+    got, report = _run(tmp_path, model, "--device", "h100")
+    assert report["onnx_output"]["written"] == "optimized"
+    onnx.checker.check_model(got, full_check=True)
+    assert all(t.data_type == T.BFLOAT16 for t in got.graph.initializer)
+    (mm,) = [n for n in got.graph.node if n.op_type == "MatMul"]
+    _assert_merged_bits(_value_bits(got, mm.input[1]))
+    feeds = random_feeds(model, seed=2)
+    a, b = session(widen(model)).run(None, feeds), session(widen(got)).run(None, feeds)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-5 * float(np.abs(x).max()))
+
+
 def test_cpu_target_keeps_a_bf16_model_it_cannot_time(tmp_path):
     """The CPU target writes a rewrite only when onnxruntime measures it faster; onnxruntime's
     CPU has no bfloat16 MatMul, so the input comes back, byte for byte, and the report says why."""
@@ -246,6 +273,19 @@ def test_bf16_constants_import_and_export_as_bf16():
     (want,) = session(widen(model)).run(None, feeds)
     (got,) = session(widen(written)).run(None, feeds)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_bf16_model_onnxruntime_loads_but_cannot_be_fed_imports(tmp_path, capsys):
+    """onnxruntime's CPU casts bfloat16, so this model loads; NumPy cannot feed its bf16 input,
+    so the import's run check runs it widened to float32 instead of refusing the file."""
+    model = _model([h.make_node("Cast", ["x"], ["y"], name="node_cast", to=T.FLOAT),
+                    h.make_node("Relu", ["y"], ["z"], name="node_relu")],
+                   [h.make_tensor_value_info("x", T.BFLOAT16, [4, D])],
+                   [h.make_tensor_value_info("z", T.FLOAT, [4, D])], [])
+    session(model)                                      # loads in its own precision
+    got, report = _run(tmp_path, model, "--device", "h100")
+    assert report["onnx_output"]["written"] == "input unchanged"
+    assert "error" not in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ wrong rewrites refused
