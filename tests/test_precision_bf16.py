@@ -37,7 +37,8 @@ D = 256
 
 
 def _bits(values: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns of float32 values, truncated (exact for the values made here)."""
+    """bfloat16 bit patterns of float32 values by truncation: exact for bfloat16 numbers; the
+    random weights made here are defined by these patterns."""
     return (np.asarray(values, np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
@@ -317,7 +318,7 @@ func @m(%x: tensor<4x16xbf16>) -> tensor<4x8xbf16> {
 
 
 # ------------------------------------------------------------------ the interpreter
-def _cast_node(to: int, src: str, dst: str) -> Node:
+def _cast_node(to: int, dst: str) -> Node:
     onnx_node = h.make_node("Cast", ["x"], ["y"], to=to)
     attrs = (("op", "Cast"), ("domain", ""), ("opset", 18),
              ("onnx", encode_node(onnx_node, [True], [True])))
@@ -329,12 +330,12 @@ def test_opaque_bf16_results_are_rounded_unless_wide():
     bfloat16 as the model's own Cast would, and left unrounded in a wide run."""
     x = RNG.standard_normal(64).astype(np.float32)
     assert not np.array_equal(round_bf16(x), x)
-    cast = _cast_node(T.BFLOAT16, "f32", "bf16")
+    cast = _cast_node(T.BFLOAT16, "bf16")
     (y,) = eval_opaque(cast, [x], [TensorType((64,), "f32")])
     assert np.array_equal(y, round_bf16(x))
     (wide,) = eval_opaque(cast, [x], [TensorType((64,), "f32")], wide=True)
     assert np.array_equal(wide, x)
-    back = _cast_node(T.FLOAT, "bf16", "f32")          # its bf16 operand is rounded first
+    back = _cast_node(T.FLOAT, "f32")          # its bf16 operand is rounded first
     (z,) = eval_opaque(back, [x], [TensorType((64,), "bf16")])
     assert np.array_equal(z, round_bf16(x))
 
