@@ -279,12 +279,15 @@ def _deadline_check(deadline: float | None) -> Callable[[], None] | None:
 
 def _worst_over_seeds(original: Graph, env: dict, candidate: Callable[[int], Sequence[Any]],
                       seeds: Sequence[int], rtol: float, atol_rel: float,
-                      stop: Callable[[], None] | None = None) -> Verification:
-    """Compare `candidate(seed)` with the interpreter on `original`, keeping each output's
-    worst check over the seeds."""
-    runs = ((run(original, env, seed=seed, check=stop), candidate(seed)) for seed in seeds)
+                      stop: Callable[[], None] | None = None, wide: bool = False
+                      ) -> Verification:
+    """Compare `candidate(seed)` with the interpreter on `original` (`wide`: run without
+    half-precision rounding), keeping each output's worst check over the seeds."""
+    runs = ((run(original, env, seed=seed, check=stop, wide=wide), candidate(seed))
+            for seed in seeds)
+    note = "both widened to float32 (no half-precision rounding)" if wide else ""
     with one_blas_thread():
-        return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel)
+        return worst_over(list(original.outputs), runs, seeds, rtol, atol_rel, note=note)
 
 
 def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], ...]],
@@ -309,11 +312,16 @@ def worst_over(names: Sequence[str], runs: Iterable[tuple[Sequence[Any], ...]],
 
 
 def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None = None,
-                seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL
-                ) -> Verification:
+                seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL,
+                wide: bool = False) -> Verification:
     """Run an exported ONNX model in onnxruntime and compare it with the reference interpreter
-    on `original`, same inputs (the exporter keeps the graph's input order). onnxruntime's
-    runs stop at the enclosing `stopping.time_limit` (RunStopped)."""
+    on `original`, same inputs (the exporter keeps the graph's input order).
+
+    `wide`: the model runs widened to float32 (ir/widen.py; onnxruntime's CPU has bfloat16
+    kernels for few operators) and the interpreter without half-precision rounding
+    (`run(wide=True)`): given the weights as the model holds them, both compute the same
+    float32 function, judged by the fixed rule. onnxruntime's runs stop at the enclosing
+    `stopping.time_limit` (RunStopped)."""
     from .ir.interp import random_tensor
     from .runtime import session
     from .stopping import run_until
@@ -322,6 +330,14 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
     if len(inputs) != len(original.inputs):
         raise ValueError(f"the ONNX model takes {len(inputs)} inputs, the graph "
                          f"{len(original.inputs)}")
+    if wide:
+        import onnx
+
+        from .ir.widen import widen_graph
+        widened = onnx.ModelProto()
+        widened.CopyFrom(model)
+        widen_graph(widened.graph)
+        model = widened
     sess = session(model)
     env = {"@" + k: v for k, v in (weights or {}).items()}
 
@@ -330,12 +346,12 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
                                                                            inputs)}
         return run_until(sess, None, feed, what="onnxruntime's run of the exported model")
 
-    return _worst_over_seeds(original, env, onnx_outputs, seeds, rtol, atol_rel)
+    return _worst_over_seeds(original, env, onnx_outputs, seeds, rtol, atol_rel, wide=wide)
 
 
 # ------------------------------------------------------------------ what verification costs
 # bytes per element as the interpreter holds values (floats in its float32)
-_ITEMSIZE = {"f16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
+_ITEMSIZE = {"f16": 4, "bf16": 4, "f32": 4, "f64": 4, "i32": 4, "i64": 8, "bool": 1}
 # working memory of one node beyond its results: its op's `interp_temps` (multiples of the
 # results' bytes: temporaries of its reference kernel) or `work` hook (ir/ops/, conv2d's paths)
 # rough speeds of the interpreter (BLAS on one thread) on a 2-core machine, below what it

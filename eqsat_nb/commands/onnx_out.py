@@ -4,10 +4,12 @@ The optimized graph is spliced into the input model (`onnx_io.splice`: the model
 everything that did not change). The result is checked in onnxruntime against the input model
 itself on random inputs, under the rule of the model's precision (`onnx_io.check`). For the CPU
 target it is then timed against the input (`onnx_io.measure.guard`) and replaces it only if it is
-faster beyond the measured noise. For a GPU target the cost estimate priced for that GPU decides
-(its measured table where it has one): the gain cannot be measured on this CPU, and a CPU timing
-of a GPU-shaped rewrite is noise that would decide at random. Otherwise, and whenever nothing
-changed, OUT is a byte-for-byte copy of the input file (external data files included).
+faster beyond the measured noise (a model onnxruntime's CPU cannot run in its own precision, such
+as most bfloat16 models, cannot be timed: the input is kept). For a GPU target the cost estimate
+priced for that GPU decides (its measured table where it has one): the gain cannot be measured on
+this CPU, and a CPU timing of a GPU-shaped rewrite is noise that would decide at random.
+Otherwise, and whenever nothing changed, OUT is a byte-for-byte copy of the input file (external
+data files included).
 """
 from __future__ import annotations
 
@@ -111,7 +113,7 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
 
 def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
                        fixed: bool) -> OnnxOutcome:
-    from ..onnx_io.measure import guard, random_feeds
+    from ..onnx_io.measure import cannot_time, guard, random_feeds
     from ..onnx_io.splice import splice
 
     out = args.onnx
@@ -160,6 +162,11 @@ def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
     if gpu_target:
         outcome.reason = ("a GPU target: chosen by the target's cost estimate, not by a timing "
                           "on this CPU (where graph rewrites measure within noise either way)")
+    elif args.measure and (why := cannot_time(imp.model, feeds[0])) is not None:
+        outcome.reason = f"the CPU target keeps a rewrite only when measured faster; {why}"
+        outcome.reason += copy_input(args.model, out, imp.model, args.force)
+        outcome.written = "input unchanged"
+        return outcome
     elif args.measure:
         g = guard(imp.model, spliced, feeds[0], budget_s=args.measure_time)
         outcome.measured = [t.describe() for t in g.timings]

@@ -321,9 +321,14 @@ def _run_command(args: argparse.Namespace, budget: Any) -> int:
         model = to_onnx(result.optimized, weights, seed=args.seed)
         if not args.no_verify and not getattr(check, "limited", False):
             from ..check_outputs import verify_onnx
+            from ..onnx_io.exporter import written_weights
+            from ..precision import half_precision
             t = time.perf_counter()
+            half = half_precision(graph.types().values()) is not None
             try:
-                onnx_check = verify_onnx(graph, model, weights, seeds=check.seeds)
+                onnx_check = verify_onnx(graph, model,
+                                         written_weights(model) if half else weights,
+                                         seeds=check.seeds, wide=half)
             except RunStopped as e:
                 raise _stopped_error(e, args, args.onnx) from None
             result.times["verify_onnx"] = time.perf_counter() - t

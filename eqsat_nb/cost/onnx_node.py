@@ -35,6 +35,7 @@ from onnx import helper, numpy_helper
 
 from ..ir.graph import TensorType
 from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
+from ..ir.tensors import as_dtype, from_array, to_array
 from ..ir.ops import OPS, infer_types, normalize_attrs, op_def
 from ..ir.ops.onnx_map import ACT_ONNX, OnnxNode
 from ..ir.shapes import spatial_pads
@@ -68,8 +69,11 @@ class _Lowering:
         self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
 
-    def constant(self, n: OnnxNode, hint: str, arr: np.ndarray, doc: str = "") -> str:
-        return self.const(arr, arr.dtype)
+    def constant(self, n: OnnxNode, hint: str, arr: np.ndarray, doc: str = "",
+                 dtype: str | None = None) -> str:
+        name = f"c{len(self.inits)}"
+        self.inits.append(from_array(arr, name, dtype))
+        return name
 
     def ints(self, n: OnnxNode, hint: str, values: Any) -> str:
         return self.const(list(values))
@@ -106,8 +110,8 @@ def random_array(ty: TensorType, rng: np.random.Generator, positive: bool = Fals
     if ty.dtype in ("i32", "i64"):
         return rng.integers(-8, 8, ty.shape).astype(dt)
     if positive:
-        return rng.uniform(0.5, 1.5, ty.shape).astype(dt)
-    return rng.standard_normal(ty.shape).astype(dt)
+        return as_dtype(rng.uniform(0.5, 1.5, ty.shape), ty.dtype)
+    return as_dtype(rng.standard_normal(ty.shape), ty.dtype)
 
 
 def _lower(lw: _Lowering, op: str, a: dict, outs: list[TensorType]) -> list[str]:
@@ -151,7 +155,7 @@ def one_node_model(op: str, attrs: Mapping[str, Any] | Iterable[tuple[str, Any]]
         if name not in used:
             continue
         if i in weights:
-            lw.inits.append(numpy_helper.from_array(lw.random(i, ty), name))
+            lw.inits.append(from_array(lw.random(i, ty), name, ty.dtype))
         else:
             graph_inputs.append(helper.make_tensor_value_info(name, ONNX_DTYPES[ty.dtype],
                                                               list(ty.shape)))
@@ -180,7 +184,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
 
 def initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """The initializers of `model` as arrays, by name."""
-    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    return {t.name: to_array(t) for t in model.graph.initializer}
 
 
 def make_session(model: onnx.ModelProto, threads: int = 1):

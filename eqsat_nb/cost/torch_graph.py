@@ -380,10 +380,12 @@ def lower_opaque(torch: Any, node: Any, ins_t: Sequence[TensorType], dev: Any,
     if not on_host:
         raise NotImplementedError(f"an opaque {op} (an operator the IR does not model) on the "
                                   "inference path has no PyTorch lowering")
-    own = [torch_dtype(torch, t.dtype) for t in ins_t]
+    # in the IR's own types, results converted; NumPy has no bfloat16: bf16 tensors cross as
+    # float32 (ir/bfloat16.py)
+    own = [torch.float32 if t.dtype == "bf16" else torch_dtype(torch, t.dtype) for t in ins_t]
     result = [torch_dtype(torch, run_type(t).dtype) for t in node.types]
 
-    def host(*xs: Any) -> tuple[Any, ...]:     # in the IR's own types, results converted
+    def host(*xs: Any) -> tuple[Any, ...]:
         arrays = [x.detach().to("cpu", d).numpy() for x, d in zip(xs, own)]
         outs = run_opaque(node.attrs, arrays, ins_t, node.types)
         return tuple(torch.as_tensor(o).to(dev, d) for o, d in zip(outs, result))

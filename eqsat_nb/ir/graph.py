@@ -13,7 +13,10 @@ from typing import Any, Iterator, Mapping
 
 from ..errors import Loc
 
-DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
+# element types; a type's index is stored in the e-graph's literal tables (egraph/literals.py):
+# the order is fixed, a type is added at the end. bf16 values are held as float32 arrays of
+# bfloat16 numbers (ir/bfloat16.py)
+DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool", "bf16")
 
 
 @dataclass(frozen=True)

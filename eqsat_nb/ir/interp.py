@@ -17,8 +17,6 @@ from functools import partial
 from math import prod, sqrt
 from typing import Any, Callable, Mapping, Sequence
 
-from dataclasses import replace
-
 import numpy as np
 
 from ..errors import TirError
@@ -36,10 +34,12 @@ _EXACT = ("i32", "i64", "bool")     # element types the interpreter keeps (float
 
 
 def eval_opaque(node: Node, args: list[Array], in_types: list[TensorType] | None = None,
-                float_dtype: Any = None) -> tuple[Array, ...]:
+                float_dtype: Any = None, wide: bool = False) -> tuple[Array, ...]:
     """Run an opaque node in onnxruntime. Operands are cast to their declared types (`in_types`,
     else taken from the arrays); float results come back in `float_dtype` (default: that of the
-    first float operand, else float32), integer and bool results unchanged."""
+    first float operand, else float32), integer and bool results unchanged. A node with bf16
+    operands or results runs widened to float32 with bfloat16 rounding emulated, and `wide`
+    runs it without any half-precision rounding (ir/opaque.py `run_opaque`)."""
     from .opaque import run_opaque
 
     if in_types is None:
@@ -48,7 +48,7 @@ def eval_opaque(node: Node, args: list[Array], in_types: list[TensorType] | None
         float_dtype = next((a.dtype for a in args if a.dtype.kind == "f"), np.float32)
     # kernels may return views (not np.ascontiguousarray: it makes a 0-d array 1-d)
     args = [a if a.flags.c_contiguous else a.copy(order="C") for a in args]
-    outs = run_opaque(node.attrs, args, in_types, node.types)
+    outs = run_opaque(node.attrs, args, in_types, node.types, wide=wide)
     return tuple(o if t.dtype in _EXACT else o.astype(float_dtype, copy=False)
                  for o, t in zip(outs, node.types))
 
@@ -56,22 +56,18 @@ def eval_opaque(node: Node, args: list[Array], in_types: list[TensorType] | None
 _HALF = ("f16", "bf16")
 
 
-def _wide(t: TensorType) -> TensorType:
-    return TensorType(t.shape, "f32") if t.dtype in _HALF else t
-
-
 def eval_opaque_wide(node: Node, args: list[Array], in_types: list[TensorType],
                      float_dtype: Any) -> tuple[Array, ...]:
     """`eval_opaque` with half-precision operands and results in float32 instead: a Cast
-    between float types is the value itself, any other node runs with its half types widened.
-    What a model computes without its half-precision rounding (`run(wide=True)`)."""
+    between float types is the value itself, any other node runs with its half types widened
+    (declared ones and those its attributes produce). What a model computes without its
+    half-precision rounding (`run(wide=True)`)."""
     a = node.attr
     if a.get("op") == "Cast" and a.get("domain", "") in ("", "ai.onnx") and len(args) == 1:
         src, dst = in_types[0].dtype, node.types[0].dtype
         if src in _HALF + ("f32", "f64") and dst in _HALF + ("f32", "f64"):
             return (np.asarray(args[0], dtype=float_dtype),)
-    wide_node = replace(node, types=tuple(_wide(t) for t in node.types))
-    return eval_opaque(wide_node, args, [_wide(t) for t in in_types], float_dtype)
+    return eval_opaque(node, args, in_types, float_dtype, wide=True)
 
 
 def eval_node(node: Node, args: list[Array]) -> tuple[Array, ...]:

@@ -8,6 +8,11 @@ carries it and every writer makes it a constant again), outputs likewise o0, o1,
 Nothing in the optimizer looks inside;
 the reference interpreter runs the stored node as a one-node model in onnxruntime so graphs that
 contain opaque nodes stay executable, and the ONNX exporter writes the node back unchanged.
+
+onnxruntime's CPU has bfloat16 kernels for few operators, so a node with bf16 operands or
+results (or bf16 inside its attributes) runs with those types widened to float32 (ir/widen.py)
+on operands rounded to bfloat16, and its bf16 results are rounded to bfloat16 (ir/bfloat16.py):
+what the node computes in bf16, up to the float32 rounding of its intermediate steps.
 """
 from __future__ import annotations
 
@@ -19,13 +24,19 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import RunStopped, TirError
+from .bfloat16 import round_bf16
 from .graph import TensorType
 
 # IR element type <-> ONNX TensorProto.DataType (the numbers are fixed by the ONNX standard)
-DTYPE_TO_ONNX: dict[str, int] = {"f32": 1, "i32": 6, "i64": 7, "bool": 9, "f16": 10, "f64": 11}
+DTYPE_TO_ONNX: dict[str, int] = {"f32": 1, "i32": 6, "i64": 7, "bool": 9, "f16": 10, "f64": 11,
+                                 "bf16": 16}
 ONNX_TO_DTYPE: dict[int, str] = {v: k for k, v in DTYPE_TO_ONNX.items()}
+# the NumPy type the host holds each IR element type in: bf16 values are float32 arrays of
+# bfloat16 numbers (NumPy has no bfloat16; ir/bfloat16.py), converted to and from ONNX tensors
+# by ir/tensors.py, never by NumPy's dtype alone
 NP_DTYPES: dict[str, Any] = {"f16": np.float16, "f32": np.float32, "f64": np.float64,
-                             "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+                             "i32": np.int32, "i64": np.int64, "bool": np.bool_,
+                             "bf16": np.float32}
 DEFAULT_OPSET = 21          # opset of the default domain written next to a foreign-domain node
 IR_VERSION = 10             # ONNX IR version of the models we write (onnxruntime >= 1.17 reads it)
 
@@ -280,14 +291,53 @@ def _session(attrs: tuple, in_types: tuple[TensorType, ...], out_types: tuple[Te
                                 providers=["CPUExecutionProvider"])
 
 
+BF16_ONNX = 16                    # onnx.TensorProto.BFLOAT16
+HALF_ONNX = (10, BF16_ONNX)       # FLOAT16, BFLOAT16
+
+
+def _widened(t: TensorType, half: tuple[int, ...]) -> TensorType:
+    return TensorType(t.shape, "f32") if DTYPE_TO_ONNX.get(t.dtype) in half else t
+
+
+@lru_cache(maxsize=256)
+def _holds(attrs: tuple, half: tuple[int, ...]) -> bool:
+    """Whether the stored node holds or produces a type in `half` by its attributes."""
+    from .widen import holds
+    return holds(decode_node(dict(attrs)), half)
+
+
+@lru_cache(maxsize=256)
+def _widened_attrs(attrs: tuple, half: tuple[int, ...]) -> tuple:
+    """The attributes of the opaque node with its stored node widened (ir/widen.py)."""
+    from .widen import widen_node
+
+    a = dict(attrs)
+    node = decode_node(a)
+    widen_node(node, half)
+    a["onnx"] = base64.b64encode(node.SerializeToString(deterministic=True)).decode("ascii")
+    return tuple(a.items())
+
+
 def run_opaque(attrs: tuple, args: Sequence[np.ndarray], in_types: Sequence[TensorType],
-               out_types: Sequence[TensorType]) -> tuple[np.ndarray, ...]:
+               out_types: Sequence[TensorType], wide: bool = False) -> tuple[np.ndarray, ...]:
     """Evaluate an opaque node with onnxruntime; operands are cast to their declared types.
-    The run stops at the enclosing `stopping.time_limit` (RunStopped: a Loop of 2^40 trips is
-    a legal node)."""
+    A node with bfloat16 in it runs widened to float32, its bf16 operands and results rounded
+    to bfloat16 (see the module doc). `wide`: every half-precision type (fp16 and bf16) runs as
+    float32 and nothing is rounded to half precision (the node without half rounding). The
+    run stops at the enclosing `stopping.time_limit` (RunStopped: a Loop of 2^40 trips is a
+    legal node)."""
     from ..stopping import run_until
 
     a = dict(attrs)
+    half = HALF_ONNX if wide else (BF16_ONNX,)
+    declared = [t.dtype for t in (*in_types, *out_types)]
+    rounded_out = [t.dtype == "bf16" and not wide for t in out_types]
+    if any(DTYPE_TO_ONNX.get(d) in half for d in declared) or _holds(tuple(attrs), half):
+        args = [round_bf16(np.asarray(x, np.float32)) if t.dtype == "bf16" and not wide else x
+                for x, t in zip(args, in_types)]
+        attrs = _widened_attrs(tuple(attrs), half)
+        in_types = [_widened(t, half) for t in in_types]
+        out_types = [_widened(t, half) for t in out_types]
     try:
         sess = _session(tuple(attrs), tuple(in_types), tuple(out_types))
         names = input_names(runnable_node(a))
@@ -304,4 +354,4 @@ def run_opaque(attrs: tuple, args: Sequence[np.ndarray], in_types: Sequence[Tens
         if tuple(o.shape) != t.shape:
             raise TirError(f"opaque {a['op']}: onnxruntime produced shape {tuple(o.shape)}, the "
                            f"node declares {t}")
-    return tuple(outs)
+    return tuple(round_bf16(o) if r else o for o, r in zip(outs, rounded_out))

@@ -4,6 +4,11 @@
 expected outputs. `check_case` imports a case, evaluates it with the reference interpreter (opaque
 nodes run in onnxruntime), compares with the expected outputs, re-exports it and runs the export in
 onnxruntime. `sweep` does every case and counts the outcomes (what the tests and the report use).
+
+A case with bfloat16 outputs is compared within a few bfloat16 roundings: the interpreter computes
+in float32 and rounds only where a node's result is bf16, the reference rounds after every step.
+onnxruntime's CPU has bfloat16 kernels for few operators (and NumPy no bfloat16 to feed it), so
+such an export runs widened to float32 (widen.py).
 """
 from __future__ import annotations
 
@@ -14,9 +19,13 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..errors import TirError
+from ..ir.bfloat16 import from_bits, host_array
 from ..ir.opaque import NONDETERMINISTIC
+from ..precision import HALF_FLOOR_ROUNDINGS, UNIT_ROUNDOFF
 
 MAPPED, OPAQUE, SKIPPED, FAILED = "mapped", "opaque", "skipped", "failed"
+BF16_TOLERANCE = HALF_FLOOR_ROUNDINGS * UNIT_ROUNDOFF["bf16"]   # four bfloat16 roundings
+BFLOAT16 = 16       # onnx.TensorProto.BFLOAT16
 
 
 @dataclass
@@ -50,9 +59,11 @@ def collect() -> list[Any]:
         return [c for c in collect_testcases(None) if c.kind == "node"]
 
 
-def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
-    """'' when equal within tolerance, else a short description of the difference."""
-    got, want = np.asarray(got), np.asarray(want)
+def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float,
+           bf16: bool = False) -> str:
+    """'' when equal within tolerance, else a short description of the difference. `bf16`: an
+    output the model declares bfloat16 (see the module doc)."""
+    got, want = host_array(np.asarray(got)), host_array(np.asarray(want))
     if got.shape != want.shape:
         return f"shape {got.shape} != {want.shape}"
     if want.dtype.kind in "biu" or want.dtype == np.bool_:
@@ -60,11 +71,21 @@ def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
     g, w = got.astype(np.float64), want.astype(np.float64)
     if want.dtype == np.float16:
         rtol, atol = max(rtol, 1e-2), max(atol, 1e-2)
+    if bf16:
+        rtol = atol = max(rtol, atol, BF16_TOLERANCE)
     scale = float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0))
     ok = np.isclose(g, w, rtol=rtol, atol=atol + 1e-5 * scale, equal_nan=True)
     if ok.all():
         return ""
     return f"max abs diff {float(np.nanmax(np.abs(g - w))):.3g} (max |ref| {scale:.3g})"
+
+
+def _bf16_data(x: Any, bf16: bool) -> Any:
+    """A case's array for a value the model declares bfloat16 as the host holds it (float32):
+    onnx without ml_dtypes (1.16) writes such data as uint16 bit patterns."""
+    if bf16 and isinstance(x, (np.ndarray, np.generic)) and np.asarray(x).dtype == np.uint16:
+        return from_bits(np.asarray(x))
+    return x
 
 
 def _reason(e: TirError) -> str:
@@ -105,8 +126,10 @@ def check_case(case: Any, run_opaque: bool = True, roundtrip: bool = True) -> Ca
     import onnxruntime as ort
 
     from ..ir.interp import run
+    from ..precision import onnx_half_types
     from .exporter import to_onnx
     from .read import from_onnx
+    from .widen import widen, widen_feeds
 
     model = case.model
     ops = tuple(sorted({n.op_type for n in model.graph.node}))
@@ -132,11 +155,15 @@ def check_case(case: Any, run_opaque: bool = True, roundtrip: bool = True) -> Ca
     inits = {t.name for t in model.graph.initializer} | frozen
     real_inputs = [i.name for i in model.graph.input if i.name not in inits]
     rtol, atol = max(case.rtol, 1e-4), max(case.atol, 1e-7)
+    bf16 = [o.type.tensor_type.elem_type == BFLOAT16 for o in model.graph.output]
     env_w = {"@" + k: v for k, v in weights.items() if v.size}
-    exported = None
+    exported, wide = None, False
+    bf16_in = {i.name for i in model.graph.input if i.type.tensor_type.elem_type == BFLOAT16}
     for all_inputs, expected in case.data_sets:
         if not all(isinstance(x, (np.ndarray, np.generic)) for x in all_inputs):
             return CaseResult(case.name, ops, SKIPPED, "inputs of an element type NumPy lacks")
+        all_inputs = [_bf16_data(x, n in bf16_in) for n, x in zip(names, all_inputs)]
+        expected = [_bf16_data(x, b) for x, b in zip(expected, bf16)]
         inputs = [np.asarray(x) for n, x in zip(names, all_inputs) if n not in frozen]
         if len(inputs) != len(real_inputs) or len(graph.inputs) != len(inputs):
             return CaseResult(case.name, ops, SKIPPED, "optional inputs left out")
@@ -153,8 +180,8 @@ def check_case(case: Any, run_opaque: bool = True, roundtrip: bool = True) -> Ca
         except TirError as e:
             return CaseResult(case.name, ops, SKIPPED if "onnxruntime" in e.message else FAILED,
                               _reason(e))
-        for g, w in zip(got, expected):
-            diff = _close(g, w, rtol, atol)
+        for g, w, b in zip(got, expected, bf16):
+            diff = _close(g, w, rtol, atol, b)
             if diff:
                 who = ("onnxruntime differs from the ONNX reference" if kind == OPAQUE
                        else "interpreter")
@@ -165,18 +192,22 @@ def check_case(case: Any, run_opaque: bool = True, roundtrip: bool = True) -> Ca
             if exported is None:
                 opts = ort.SessionOptions()
                 opts.log_severity_level = 4
-                exported = ort.InferenceSession(
-                    to_onnx(graph, weights).SerializeToString(), opts,
-                    providers=["CPUExecutionProvider"])
+                written = to_onnx(graph, weights)
+                wide = "bf16" in onnx_half_types(written)
+                if wide:
+                    written = widen(written)
+                exported = ort.InferenceSession(written.SerializeToString(), opts,
+                                                providers=["CPUExecutionProvider"])
             names = [i.name for i in exported.get_inputs()]
-            outs = exported.run(None, {n: np.asarray(x) for n, x in zip(names, inputs)})
+            feeds = {n: np.asarray(x) for n, x in zip(names, inputs)}
+            outs = exported.run(None, widen_feeds(feeds) if wide else feeds)
         except TirError as e:
             return CaseResult(case.name, ops, FAILED, f"export: {e.message[:80]}")
         except Exception as e:   # noqa: BLE001 - onnxruntime's own exception types
             return CaseResult(case.name, ops, FAILED, f"onnxruntime on the export: "
                                                       f"{str(e).splitlines()[0][:80]}")
-        for g, w in zip(outs, expected):
-            diff = _close(g, w, rtol, atol)
+        for g, w, b in zip(outs, expected, bf16):
+            diff = _close(g, w, rtol, atol, b)
             if diff:
                 return CaseResult(case.name, ops, FAILED, f"round trip: {diff}")
     return CaseResult(case.name, ops, kind, "", roundtrip=roundtrip)

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..ir.tensors import BFLOAT16
 from . import fold
 
 CONTROL = frozenset({"If", "Loop", "Scan"})
@@ -271,6 +272,8 @@ def _fold_body(model: Any, g: Any, formal: list[Type | None], types: Mapping[str
             vi.type.tensor_type.elem_type = o.type.tensor_type.elem_type
         sg.output.append(vi)
     for t in g.initializer:
+        if t.data_type == BFLOAT16:
+            continue          # never folded (fold.py)
         try:
             arr = numpy_helper.to_array(t)
         except Exception:     # noqa: BLE001 - unreadable: left to the node's own run
@@ -350,11 +353,11 @@ def with_constants_inside(node: Any, constant: Any) -> Any:
     """`node` with the constants its subgraphs read from the enclosing graph moved inside them
     (as initializers named `NAME#const`), so that an opaque If/Loop/Scan has only the values it
     computes on as operands: silero-vad's If reads 40 weights, and an e-node holds 8 children.
-    `constant(name)` is the value of an enclosing-scope constant, None for anything else."""
+    `constant(name)` is an enclosing-scope constant (`Const`), None for anything else."""
     import onnx
-    from onnx import numpy_helper
 
     from ..ir.opaque import _graph_reads, implicit_inputs, subgraphs
+    from ..ir.tensors import from_array
 
     values = {v: constant(v) for v in implicit_inputs(node)}
     values = {v: c for v, c in values.items() if c is not None}
@@ -366,6 +369,7 @@ def with_constants_inside(node: Any, constant: Any) -> Any:
     for g in subgraphs(copy):
         for v in _graph_reads(g):
             if v in values:
-                g.initializer.append(numpy_helper.from_array(values[v], rename[v]))
+                c = values[v]
+                g.initializer.append(from_array(c.value, rename[v], c.dtype))
     fold._rename_subgraphs(copy, rename)
     return copy

@@ -1,5 +1,5 @@
 """ONNX element types as the IR holds them: names for messages, conversions, the clear error
-for a type the IR lacks (it holds float16, float, double, int32, int64, bool)."""
+for a type the IR lacks (it holds float16, bfloat16, float, double, int32, int64, bool)."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import TirError
-from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES, ONNX_TO_DTYPE
+from ..ir.opaque import DTYPE_TO_ONNX, ONNX_TO_DTYPE
+from ..ir.tensors import dtype_of_array
 
 TYPE_NAMES = {1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double", 12: "uint32",
@@ -20,15 +21,16 @@ def ir_dtype(elem: int, what: str) -> str:
         return ONNX_TO_DTYPE[elem]
     except KeyError:
         name = TYPE_NAMES.get(elem, f"type {elem}")
-        raise TirError(f"{what} has element type {name}, which the IR cannot hold "
-                       f"(it holds float16, float, double, int32, int64, bool)") from None
+        raise TirError(f"{what} has element type {name}, which the IR cannot hold (it holds "
+                       f"float16, bfloat16, float, double, int32, int64, bool)") from None
 
 
 def onnx_elem(arr: np.ndarray, name: str, imp: Any, node: Any) -> int:
-    """The ONNX element type of a constant's array; the importer's error if the IR lacks it."""
-    for k, v in NP_DTYPES.items():
-        if arr.dtype == np.dtype(v):
-            return DTYPE_TO_ONNX[k]
+    """The ONNX element type of a constant's array (float32 for a float32 array: a bf16
+    constant says so itself, `Const.bf16`); the importer's error if the IR lacks it."""
+    k = dtype_of_array(arr)
+    if k is not None:
+        return DTYPE_TO_ONNX[k]
     raise imp.err(f"constant '{name}' has element type {arr.dtype}, which the IR cannot hold",
                   node)
 

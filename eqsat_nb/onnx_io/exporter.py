@@ -32,6 +32,7 @@ from ..ir.opaque import (DEFAULT_OPSET, DTYPE_TO_ONNX, EMPTY, IR_VERSION, NP_DTY
                          empty_tensor)
 from ..ir.ops import OPS
 from ..ir.ops.onnx_map import ACT_ONNX, OnnxNode
+from ..ir.tensors import as_dtype, from_array, to_array
 
 WEIGHTS_KEY = "eqsat-nb.weights"
 # the opset from which each op's usual ONNX form exists (Softmax: the last-axis-only semantics
@@ -84,9 +85,9 @@ def _target_opset(graph: Graph, opset: int | None) -> tuple[int, dict[str, int]]
 class _Writer:
     def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int,
                  opset: int, as_inputs: bool) -> None:
-        from onnx import helper, numpy_helper
+        from onnx import helper
 
-        self.h, self.nph = helper, numpy_helper
+        self.h = helper
         self.graph = graph
         self.opset = opset
         self.types = graph.types()
@@ -112,16 +113,18 @@ class _Writer:
 
     # ------------------------------------------------------------------ the writer protocol
     # (ir/ops/onnx_map.py): what the ops' `to_onnx` hooks call
-    def const(self, out: str, arr: np.ndarray, doc: str = "") -> str:
-        """A Constant node (static operand: shapes, axes, sizes, scalars)."""
-        node = self.h.make_node("Constant", [], [out], value=self.nph.from_array(arr, out))
+    def const(self, out: str, arr: np.ndarray, doc: str = "", dtype: str | None = None) -> str:
+        """A Constant node (static operand: shapes, axes, sizes, scalars) of IR element type
+        `dtype` (default: the array's)."""
+        node = self.h.make_node("Constant", [], [out], value=from_array(arr, out, dtype))
         if doc:
             node.doc_string = doc
         self.nodes.append(node)
         return out
 
-    def constant(self, n: OnnxNode, hint: str, arr: np.ndarray, doc: str = "") -> str:
-        return self.const(f"{n.r}#{hint}", arr, doc)
+    def constant(self, n: OnnxNode, hint: str, arr: np.ndarray, doc: str = "",
+                 dtype: str | None = None) -> str:
+        return self.const(f"{n.r}#{hint}", arr, doc, dtype)
 
     def ints(self, n: OnnxNode, hint: str, values: Any) -> str:
         return self.named_ints(f"{n.r}#{hint}", values)
@@ -137,9 +140,10 @@ class _Writer:
         return self.values.get(n.inputs[i])
 
     def fold(self, n: OnnxNode, arr: np.ndarray) -> None:
-        arr = np.ascontiguousarray(arr.astype(NP_DTYPES[n.out_types[0].dtype], copy=False))
+        dtype = n.out_types[0].dtype
+        arr = np.ascontiguousarray(as_dtype(arr, dtype))
         self.values[n.results[0]] = arr
-        self.inits.append(self.nph.from_array(arr, n.r))
+        self.inits.append(from_array(arr, n.r, dtype))
 
     def add(self, op: str, ins: list[str], outs: list[str], **attrs: Any) -> None:
         self.nodes.append(self.h.make_node(op, ins, outs, **attrs))
@@ -157,9 +161,9 @@ class _Writer:
             if tuple(arr.shape) != ty.shape:
                 raise TirError(f"value given for weight @{w} has shape {tuple(arr.shape)}, the "
                                f"graph declares {ty}")
-            return arr.astype(NP_DTYPES[ty.dtype], copy=False)
-        return random_tensor("@" + w, ty, self.seed, NP_DTYPES[ty.dtype],
-                             positive=node.results[0] in self.positive)
+            return as_dtype(arr, ty.dtype)
+        return as_dtype(random_tensor("@" + w, ty, self.seed, NP_DTYPES[ty.dtype],
+                                      positive=node.results[0] in self.positive), ty.dtype)
 
     def padding(self, a: dict, hw: tuple[int, int], kernel: tuple[int, int]) -> dict[str, Any]:
         if a["pad"] == "same":
@@ -179,7 +183,7 @@ class _Writer:
             else:
                 arr = self.weight_value_of(node)
                 self.values[node.results[0]] = arr
-                self.inits.append(self.nph.from_array(arr, r))
+                self.inits.append(from_array(arr, r, node.types[0].dtype))
             self.weight_meta.append([r, a["name"], node.results[0], next_name])
             return
         if op == "opaque":
@@ -269,6 +273,14 @@ def to_onnx(graph: Graph, weights: Mapping[str, np.ndarray] | None = None, seed:
     model.ir_version = IR_VERSION
     helper.set_model_props(model, {WEIGHTS_KEY: json.dumps(w.weight_meta)})
     return model
+
+
+def written_weights(model: Any) -> dict[str, np.ndarray]:
+    """The weight values a model written by `to_onnx` holds, by weight name (as the host holds
+    them: bf16 ones as float32 arrays, ir/bfloat16.py)."""
+    raw = {p.key: p.value for p in model.metadata_props}.get(WEIGHTS_KEY, "[]")
+    inits = {t.name: t for t in model.graph.initializer}
+    return {w: to_array(inits[r]) for r, w, *_ in json.loads(raw) if r in inits}
 
 
 def save_onnx(graph: Graph, path: str | Path, weights: Mapping[str, np.ndarray] | None = None,

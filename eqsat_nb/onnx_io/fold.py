@@ -12,6 +12,10 @@ condition became a constant is replaced by the branch it takes. It stops when a 
 nothing new. The model's nodes are left in place (only `If`s with a constant condition are
 inlined): the importer treats the folded values as constants, and an exporter that writes the
 original nodes back still finds them.
+
+bfloat16 values are never folded (the caller leaves them out of `known`; nodes that produce one
+are left as written): NumPy has no bfloat16 and the reference evaluator's handling of it changes
+with the onnx version, while folding is for shape computations, which are integers.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..ir.opaque import subgraphs
+from ..ir.tensors import BFLOAT16
 
 FOLD_MAX = 1 << 16        # elements: larger inputs/outputs are left to the graph
 _ROUNDS = 12
@@ -161,6 +166,8 @@ def fold_model(model: Any, input_dims: Mapping[str, tuple[int, ...]],
                 shapes.setdefault(vi.name, s)
         for t in ig.initializer:
             shapes.setdefault(t.name, tuple(t.dims))
+        bf16 = {vi.name for vi in list(ig.input) + list(ig.value_info) + list(ig.output)
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == BFLOAT16}
         new = False
         inline_at: list[tuple[int, Any]] = []
         for i, node in enumerate(cur.graph.node):
@@ -169,6 +176,8 @@ def fold_model(model: Any, input_dims: Mapping[str, tuple[int, ...]],
                 _taint(node, tainted)
                 continue
             if node.op_type == "Constant":
+                if any(a.HasField("t") and a.t.data_type == BFLOAT16 for a in node.attribute):
+                    continue                     # never folded (see the module doc)
                 if node.output[0] not in env and i not in failed:
                     try:
                         (v,) = _evaluate(node, [], opsets)
@@ -216,7 +225,8 @@ def fold_model(model: Any, input_dims: Mapping[str, tuple[int, ...]],
                         else not all(concrete[k] for k in sl)):
                     symbolic.add(node.output[0])
                 continue
-            if node.op_type in _NEVER or any(a.type in (5, 10, 11, 13) for a in node.attribute):
+            if node.op_type in _NEVER or any(a.type in (5, 10, 11, 13) for a in node.attribute) \
+                    or any(o in bf16 for o in outs):
                 _taint(node, tainted)        # random, control flow, subgraph or tensor attrs
                 continue
             ins = list(node.input)

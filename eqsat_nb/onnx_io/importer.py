@@ -33,6 +33,7 @@ from ..errors import ShapeError, TirError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Graph, TensorType
 from ..ir.opaque import ONNX_TO_DTYPE, encode_node, implicit_inputs
+from ..ir.tensors import BFLOAT16, to_array
 from ..ir.ops import ONNX_IMPORT
 from ..ir.ops.onnx_map import Const, NoMap, attrs_of, known, need
 from ..rules.graph_rewrite import raise_idioms
@@ -184,7 +185,7 @@ class _Importer:
             ssa = self.reserve(name) if name not in self.value else self.value[name]
         else:
             self.used_names.add(ssa)
-        dtype = ir_dtype(onnx_elem(c.value, name, self, node), f"constant '{name}'")
+        dtype = c.dtype or ir_dtype(onnx_elem(c.value, name, self, node), f"constant '{name}'")
         if c.value.size == 0 or any(d <= 0 for d in c.value.shape):
             raise self.err(f"constant '{name}' has a zero-size dimension {c.value.shape}", node,
                            DegenerateShape)
@@ -201,10 +202,12 @@ class _Importer:
             k += 1
         return wname
 
-    def new_weight(self, hint: str, value: np.ndarray, source: str, node: Any) -> str:
-        """A weight the model has under no name (a transposed or zero constant): its SSA value."""
+    def new_weight(self, hint: str, value: np.ndarray, source: str, node: Any,
+                   dtype: str | None = None) -> str:
+        """A weight the model has under no name (a transposed or zero constant): its SSA value.
+        `dtype`: its IR element type (default: its array's; a bf16 value is a float32 array)."""
         wname = self.weight_name(hint)
-        dtype = ir_dtype(onnx_elem(value, source, self, node), f"constant '{source}'")
+        dtype = dtype or ir_dtype(onnx_elem(value, source, self, node), f"constant '{source}'")
         ssa = self.b.weight(value.shape, wname, dtype, value_name=self.reserve(wname))
         self.weights[wname] = value
         return ssa
@@ -227,13 +230,11 @@ class _Importer:
 
     # ------------------------------------------------------------------ the walk
     def run(self) -> tuple[Graph, dict[str, np.ndarray]]:
-        from onnx import numpy_helper
-
         g = self.model.graph
         self.defined: set[str] = set()
         for t in g.initializer:
             try:
-                self.consts[t.name] = Const(numpy_helper.to_array(t), False)
+                self.consts[t.name] = initializer_const(t)
             except Exception as e:      # noqa: BLE001 - onnx raises assorted types on bad tensors
                 raise self.err(f"cannot read initializer '{t.name}': {e}") from None
         self.read_metadata()
@@ -370,14 +371,15 @@ class _Importer:
         self.defined.add(out)
 
     def constant(self, node: Any) -> None:
-        from onnx import helper, numpy_helper
+        from onnx import helper
 
         a = node.attribute[0] if len(node.attribute) == 1 else None
+        bf16 = False
         try:
             if a is None:
                 raise ValueError("a Constant has exactly one attribute")
             if a.name == "value":
-                arr = numpy_helper.to_array(a.t)
+                arr, bf16 = to_array(a.t), a.t.data_type == BFLOAT16
             elif a.name in ("value_float", "value_floats"):
                 arr = np.asarray(helper.get_attribute_value(a), np.float32)
             elif a.name in ("value_int", "value_ints"):
@@ -386,13 +388,13 @@ class _Importer:
                 raise ValueError(f"a Constant with '{a.name}' is not supported")
         except Exception as e:   # noqa: BLE001
             raise self.err(f"cannot read the constant: {e}", node) from None
-        self.consts[node.output[0]] = Const(arr, True, node.doc_string)
+        self.consts[node.output[0]] = Const(arr, True, node.doc_string, bf16)
 
     def opaque(self, node: Any) -> None:
         from .control_flow import with_constants_inside
         from .opaque_inputs import stored_inputs
 
-        node = with_constants_inside(node, self.outer_const)
+        node = with_constants_inside(node, self.outer_constant)
         domain = node.domain if node.domain != "ai.onnx" else ""
         opset = self.opsets.get(domain, self.opsets.get("ai.onnx" if not domain else domain, 1))
         flags = stored_inputs(node, self.empty_const, opset)
@@ -417,12 +419,17 @@ class _Importer:
             raise self.err(e.message, node) from None
         self.defined.update(outs)
 
-    def outer_const(self, v: str) -> np.ndarray | None:
-        """The value of `v` if it is a constant a subgraph may carry inside itself."""
+    def outer_constant(self, v: str) -> Const | None:
+        """`v` if it is a constant a subgraph may carry inside itself."""
         c = self.consts.get(v)
         if c is None or v in self.defined or v in self.meta_weight_inputs:
             return None
-        return c.value
+        return c
+
+    def outer_const(self, v: str) -> np.ndarray | None:
+        """The value of `v` if it is a constant a subgraph may carry inside itself."""
+        c = self.outer_constant(v)
+        return None if c is None else c.value
 
     def empty_const(self, v: str) -> np.ndarray | None:
         """The value of `v` if it is a zero-size constant (which the IR cannot hold)."""
@@ -445,6 +452,11 @@ class _Importer:
             return "none", None
         self.skip.add(k)
         return act, nxt.output[0]
+
+
+def initializer_const(t: Any) -> Const:
+    """The constant an initializer (TensorProto) holds (ValueError if unreadable)."""
+    return Const(to_array(t), False, bf16=t.data_type == BFLOAT16)
 
 
 def default_opset(model: Any) -> int:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
-
 from ..ir.graph import TensorType
-from ..ir.opaque import NP_DTYPES, ONNX_TO_DTYPE
+from ..ir.opaque import ONNX_TO_DTYPE
 from ..ir.ops.onnx_map import Const
+from ..ir.tensors import dtype_of_array
 from .elem_types import np_to_onnx
 
 DEFAULT_DIM = 1          # size given to a symbolic dimension (e.g. the batch) not named in `dims`
@@ -93,7 +92,8 @@ def infer_types(imp: Any) -> None:
     from .symbolic import DegenerateShape
 
     shapes, free = input_dims(imp)
-    known = {k: c.value for k, c in imp.consts.items() if c.value.size <= fold.FOLD_MAX}
+    known = {k: c.value for k, c in imp.consts.items()
+             if c.value.size <= fold.FOLD_MAX and not c.bf16}     # fold.py: bf16 is not folded
     try:
         res = fold_with_control_flow(imp.model, shapes, known, free, SMALL)
     except Exception as e:   # noqa: BLE001 - inference errors are of onnx's own types
@@ -104,12 +104,12 @@ def infer_types(imp: Any) -> None:
         raise imp.err(f"'{empty[1]}', computed in a branch, has a zero-size dimension at "
                       f"these sizes", empty[0], DegenerateShape)
     if res.model is not imp.model:          # If nodes with a constant condition inlined
-        from onnx import numpy_helper
+        from .importer import initializer_const
         imp.model = res.model
         imp.index_nodes(imp.model.graph)
         for t in imp.model.graph.initializer:
             if t.name not in imp.consts:
-                imp.consts[t.name] = Const(numpy_helper.to_array(t), False)
+                imp.consts[t.name] = initializer_const(t)
         imp.inlined = res.inlined
     for name, v in res.values.items():
         imp.consts[name] = Const(v, True)
@@ -141,7 +141,7 @@ def infer_types(imp: Any) -> None:
             imp.types.setdefault(t.name, TensorType(tuple(t.dims),
                                                      ONNX_TO_DTYPE[t.data_type]))
     for name, v in res.values.items():
-        dt = next((k for k, t in NP_DTYPES.items() if v.dtype == np.dtype(t)), None)
+        dt = dtype_of_array(v)
         if dt is None:
             imp.bad_types.setdefault(name, np_to_onnx(v.dtype))
         elif v.size == 0:

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..ir.opaque import ONNX_TO_DTYPE, NP_DTYPES
+from ..ir.tensors import as_dtype
 
 MIN_GAIN = 0.01          # a speed-up under 1 % is not worth a changed file
 SLOWER_LIMIT = 0.98      # below this (and beyond the noise) a result counts as slower
@@ -56,7 +57,9 @@ def random_feeds(model: Any, dims: Mapping[str, int] | None = None, seed: int = 
                  default_dim: int = 1, shapes: Mapping[str, Sequence[int]] | None = None
                  ) -> dict[str, np.ndarray]:
     """Random inputs for every graph input that is not an initializer: `shapes[input]` if
-    given, else its declared dims, a symbolic one taking `dims[its name]` or `default_dim`."""
+    given, else its declared dims, a symbolic one taking `dims[its name]` or `default_dim`.
+    A bf16 input gets float32 values that are bfloat16 numbers (NumPy has no bfloat16,
+    ir/bfloat16.py): what the model widened to float32 takes (onnx_io/widen.py)."""
     inits = {t.name for t in model.graph.initializer}
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -67,12 +70,36 @@ def random_feeds(model: Any, dims: Mapping[str, int] | None = None, seed: int = 
         shape = list((shapes or {}).get(vi.name, ())) or [
             d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else
             (dims or {}).get(d.dim_param, default_dim) for d in tt.shape.dim]
-        dtype = NP_DTYPES[ONNX_TO_DTYPE.get(tt.elem_type, "f32")]
+        ir_type = ONNX_TO_DTYPE.get(tt.elem_type, "f32")
+        dtype = NP_DTYPES[ir_type]
         if np.dtype(dtype).kind == "f":
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+            feeds[vi.name] = as_dtype(rng.standard_normal(shape), ir_type)
         else:                         # ints and bools: 0/1, valid as indices and masks
             feeds[vi.name] = rng.integers(0, 2, shape).astype(dtype)
     return feeds
+
+
+def cannot_time(model: Any, feeds: Mapping[str, np.ndarray]) -> str | None:
+    """Why onnxruntime cannot time `model` on this CPU, None when it can: a model with
+    half-precision tensors may have operators onnxruntime's CPU has no kernel for in that type
+    (most, in bfloat16), and NumPy cannot feed a bfloat16 input. Other models are not tried
+    here (a failure of theirs is an error the caller reports)."""
+    from ..precision import onnx_half_types
+    from ..runtime import session
+    from .validate import ort_located
+
+    from ..errors import RunStopped
+    from ..stopping import run_until
+
+    if not onnx_half_types(model):
+        return None
+    try:
+        run_until(session(model), None, feeds, what="onnxruntime's trial run for the timing")
+    except RunStopped:
+        raise
+    except Exception as e:      # noqa: BLE001 - onnxruntime raises its own types
+        return f"onnxruntime cannot run the model on this CPU: {ort_located(e)}"
+    return None
 
 
 def _sessions(models: Sequence[Any], threads: int) -> list[Any]:

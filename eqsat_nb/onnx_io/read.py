@@ -71,16 +71,18 @@ def import_onnx(model: Any, source: str = "<model>", dims: Mapping[str, int] | N
     wherever it occurs; other symbolic dims take DEFAULT_DIM, or other sizes where that is
     degenerate (symbolic.py; reported in `defaulted` and `size_note`)."""
     import onnx
-    from onnx import numpy_helper
+
+    from ..ir.tensors import BFLOAT16, from_array
 
     if constants:
         frozen = onnx.ModelProto()
         frozen.CopyFrom(model)
-        names = {i.name for i in frozen.graph.input}
+        declared = {i.name: i.type.tensor_type.elem_type for i in frozen.graph.input}
         for name, value in constants.items():
-            if name not in names:
+            if name not in declared:
                 raise TirError(f"constant '{name}' is not a graph input", file=source)
-            frozen.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+            bf16 = declared[name] == BFLOAT16       # a float32 array on the host
+            frozen.graph.initializer.append(from_array(value, name, "bf16" if bf16 else None))
         keep = [i for i in frozen.graph.input if i.name not in constants]
         del frozen.graph.input[:]
         frozen.graph.input.extend(keep)

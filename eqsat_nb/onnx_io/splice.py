@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import TirError
 from ..ir.graph import Graph, Node
-from ..ir.opaque import DTYPE_TO_ONNX, NP_DTYPES
+from ..ir.opaque import DTYPE_TO_ONNX
+from ..ir.tensors import as_dtype, from_array
 from .exporter import _Writer
 from .importer import default_opset
 from .read import OnnxImport
@@ -233,9 +234,10 @@ class _Splicer:
         w = node.attr["name"]
         if w not in self.weights:
             raise TirError(f"weight @{w} has no value to write")
-        arr = np.asarray(self.weights[w]).astype(NP_DTYPES[node.types[0].dtype], copy=False)
+        dtype = node.types[0].dtype
+        arr = as_dtype(self.weights[w], dtype)
         writer.values[node.results[0]] = arr
-        writer.inits.append(writer.nph.from_array(arr, writer.name[node.results[0]]))
+        writer.inits.append(from_array(arr, writer.name[node.results[0]], dtype))
 
     # ------------------------------------------------------------------ broadcasting forms
     def compact_of(self, v: str) -> tuple[str, tuple[int, ...]]:
@@ -312,10 +314,10 @@ class _Splicer:
         value, itself broadcast by its readers."""
         w = self.writer
         name, shape = self.compact_of(node.inputs[0])
-        dt = NP_DTYPES[node.types[0].dtype]
+        value = np.asarray(node.attr["value"], np.float64)
         out = self.fresh(node.results[0])
-        w.add("Mul", [name, w.const(self.fresh("value"), np.asarray(node.attr["value"], dt),
-                                    doc=repr(node.attr["value"]))], [out])
+        w.add("Mul", [name, w.const(self.fresh("value"), value, doc=repr(node.attr["value"]),
+                                    dtype=node.types[0].dtype)], [out])
         self.compact[node.results[0]] = (out, shape)
         self.pending.add(node.results[0])
 

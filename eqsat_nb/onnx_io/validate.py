@@ -147,7 +147,8 @@ def densify(model: Any, source: str) -> None:
     inference does not type them and the IR holds tensors dense. One whose dense form would be
     beyond a real tensor or this machine's memory is refused."""
     import numpy as np
-    from onnx import numpy_helper
+
+    from ..ir.tensors import BFLOAT16, from_array, to_array
 
     for g in _graphs(model.graph):
         if not len(g.sparse_initializer):
@@ -164,8 +165,8 @@ def densify(model: Any, source: str) -> None:
                 raise TirError(f"sparse initializer '{name}' has dims {dims}: as a dense "
                                f"tensor it would be too large to hold", file=source)
             try:
-                values = numpy_helper.to_array(s.values).reshape(-1)
-                idx = numpy_helper.to_array(s.indices).astype(np.int64)
+                values = to_array(s.values).reshape(-1)
+                idx = to_array(s.indices).astype(np.int64)
                 if idx.ndim == 2 and len(dims):      # [NNZ, rank] coordinates
                     if idx.shape[1] != len(dims) or (idx < 0).any() or (
                             idx >= np.array(dims)).any():
@@ -180,7 +181,8 @@ def densify(model: Any, source: str) -> None:
             except (ValueError, TypeError, IndexError) as e:
                 raise TirError(f"sparse initializer '{name}' is malformed: {first_line(e)}",
                                file=source) from None
-            dense.append(numpy_helper.from_array(full.reshape(dims), name))
+            bf16 = s.values.data_type == BFLOAT16         # a float32 array on the host
+            dense.append(from_array(full.reshape(dims), name, "bf16" if bf16 else None))
         del g.sparse_initializer[:]
         g.initializer.extend(dense)
 
@@ -498,8 +500,13 @@ def check_runs(imp: Any, source: str) -> None:
     graph optimizations (so node names are the model's) on random inputs of the sizes it was
     imported with, when its tensors are at most RUN_CHECK_BYTES. A failure to load is a located
     error; so is a failure to run when every input is a float tensor (with integer inputs random
-    values may be what fails: indices, shapes), else a warning. The run stops at the enclosing
-    `stopping.time_limit` (RunStopped)."""
+    values may be what fails: indices, shapes), else a warning.
+
+    A model with half-precision tensors that onnxruntime's CPU cannot load or run in its own
+    precision (it has bfloat16 kernels for few operators, and NumPy has no bfloat16 to feed)
+    is loaded and run widened to float32 instead (widen.py), as the check of an optimized
+    model then runs it; the original's error is reported when that fails to load too. The
+    runs stop at the enclosing `stopping.time_limit` (RunStopped)."""
     import onnxruntime as ort
 
     from ..commands.onnx_out import import_shapes
@@ -513,24 +520,69 @@ def check_runs(imp: Any, source: str) -> None:
     so = session_options(1)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4
+    feeds = random_feeds(imp.model, shapes=import_shapes(imp))
+    what = "this model"
     try:
         sess = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
     except Exception as e:      # noqa: BLE001 - onnxruntime's refusal is the answer
-        raise TirError(f"onnxruntime cannot load this model: {ort_located(e)}",
-                       file=source) from None
-    feeds = random_feeds(imp.model, shapes=import_shapes(imp))
+        sess = _widened_session(imp.model, so)
+        if sess is None:
+            raise TirError(f"onnxruntime cannot load this model: {ort_located(e)}",
+                           file=source) from None
+        what = WIDENED
+    error = _run_error(sess, feeds if what != WIDENED else _wide(feeds))
+    if error is not None and what != WIDENED:
+        wide = _widened_session(imp.model, so)
+        if wide is not None and _run_error(wide, _wide(feeds)) is None:
+            return
+    if error is None:
+        return
+    shapes = ", ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
+    text = f"onnxruntime cannot run {what} on random inputs ({shapes}): {ort_located(error)}"
+    if all(v.dtype.kind == "f" for v in feeds.values()):
+        raise TirError(text, file=source) from None
+    import sys
+    print(f"warning: {source}: {text}", file=sys.stderr)
+
+
+WIDENED = "this model widened to float32"
+
+
+def _run_error(sess: Any, feeds: Any) -> BaseException | None:
+    """The exception one run of `sess` raises, None if it runs (RunStopped at the time limit
+    is raised, not returned)."""
+    from ..errors import RunStopped
+    from ..stopping import run_until
+
     try:
         run_until(sess, None, feeds, what="onnxruntime's test run of the input model")
     except RunStopped:
         raise
-    except Exception as e:      # noqa: BLE001
-        shapes = ", ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
-        text = (f"onnxruntime cannot run this model on random inputs ({shapes}): "
-                f"{ort_located(e)}")
-        if all(v.dtype.kind == "f" for v in feeds.values()):
-            raise TirError(text, file=source) from None
-        import sys
-        print(f"warning: {source}: {text}", file=sys.stderr)
+    except Exception as e:      # noqa: BLE001 - onnxruntime raises its own types
+        return e
+    return None
+
+
+def _wide(feeds: Any) -> Any:
+    from .widen import widen_feeds
+    return widen_feeds(feeds)
+
+
+def _widened_session(model: Any, so: Any) -> Any:
+    """A session of `model` widened to float32, when it has half-precision tensors and
+    onnxruntime loads that; else None."""
+    import onnxruntime as ort
+
+    from ..precision import onnx_half_types
+    from .widen import widen
+
+    if not onnx_half_types(model):
+        return None
+    try:
+        return ort.InferenceSession(widen(model).SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+    except Exception:           # noqa: BLE001 - the original's error is the one to report
+        return None
 
 
 _ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", re.S)

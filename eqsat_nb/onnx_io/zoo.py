@@ -20,9 +20,13 @@ def light_models() -> list[Path]:
 
 
 def reseeded(path: str | Path, seed: int = 0) -> Any:
-    """The model at `path` with every ConstantOfShape weight replaced by a random initializer."""
+    """The model at `path` with every ConstantOfShape weight replaced by a random initializer:
+    float, or the half or double type the ConstantOfShape's value has."""
     import onnx
     from onnx import helper, numpy_helper
+
+    from ..ir.opaque import ONNX_TO_DTYPE
+    from ..ir.tensors import as_dtype, from_array
 
     model = onnx.load(str(path))
     g = model.graph
@@ -35,12 +39,15 @@ def reseeded(path: str | Path, seed: int = 0) -> Any:
         if n.op_type == "ConstantOfShape" and n.input and n.input[0] in inits:
             shape = [int(d) for d in numpy_helper.to_array(inits[n.input[0]]).reshape(-1)]
             fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+            elem = next((a.t.data_type for a in n.attribute if a.name == "value"), 1)
+            elem = elem if elem in (10, 11, 16) else 1     # FLOAT16, DOUBLE, BFLOAT16; FLOAT
+            dtype = ONNX_TO_DTYPE[elem]
             values = (rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))).astype(np.float32)
             if n.output[0] in variances:
                 values = np.abs(values) + np.float32(0.5)
-            g.initializer.append(numpy_helper.from_array(values, n.output[0]))
+            g.initializer.append(from_array(as_dtype(values, dtype), n.output[0], dtype))
             if model.ir_version < 4:     # IR 3: every initializer is also a graph input
-                g.input.append(helper.make_tensor_value_info(n.output[0], 1, shape))
+                g.input.append(helper.make_tensor_value_info(n.output[0], elem, shape))
             used_shapes.add(n.input[0])
             continue
         keep.append(n)

@@ -105,28 +105,27 @@ def _gelu_onnx(w: Any, n: Any) -> None:
     if w.opset >= 20:
         w.add("Gelu", n.ins, [n.main], **({"approximate": "tanh"} if tanh else {}))
         return
-    from ..opaque import NP_DTYPES
-    dt = NP_DTYPES[n.in_types[0].dtype]
+    dt = n.in_types[0].dtype
     x, r = n.ins[0], n.main
     if tanh:              # as HF's GELU: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))
         h, p, q, s, u, t, v = (w.tmp(n, k) for k in ("half", "cube", "kx3", "sum", "inner",
                                                      "tanh", "add"))
-        w.add("Mul", [x, w.constant(n, "c_half", np.asarray(0.5, dt))], [h])
-        w.add("Pow", [x, w.constant(n, "three", np.asarray(3.0, dt))], [p])
-        w.add("Mul", [p, w.constant(n, "kappa", np.asarray(0.044715, dt))], [q])
+        w.add("Mul", [x, w.constant(n, "c_half", np.asarray(0.5), dtype=dt)], [h])
+        w.add("Pow", [x, w.constant(n, "three", np.asarray(3.0), dtype=dt)], [p])
+        w.add("Mul", [p, w.constant(n, "kappa", np.asarray(0.044715), dtype=dt)], [q])
         w.add("Add", [x, q], [s])
-        w.add("Mul", [s, w.constant(n, "beta", np.asarray(sqrt(2.0 / pi), dt))], [u])
+        w.add("Mul", [s, w.constant(n, "beta", np.asarray(sqrt(2.0 / pi)), dtype=dt)], [u])
         w.add("Tanh", [u], [t])
-        w.add("Add", [t, w.constant(n, "one", np.asarray(1.0, dt))], [v])
+        w.add("Add", [t, w.constant(n, "one", np.asarray(1.0), dtype=dt)], [v])
         w.add("Mul", [h, v], [r])
         return
     # 0.5 * x * (1 + erf(x / sqrt 2)), as torch writes it
     d, e, s, m = (w.tmp(n, k) for k in ("div", "erf", "add", "mul"))
-    w.add("Div", [x, w.constant(n, "sqrt2", np.asarray(np.sqrt(2.0), dt))], [d])
+    w.add("Div", [x, w.constant(n, "sqrt2", np.asarray(np.sqrt(2.0)), dtype=dt)], [d])
     w.add("Erf", [d], [e])
-    w.add("Add", [e, w.constant(n, "one", np.asarray(1.0, dt))], [s])
+    w.add("Add", [e, w.constant(n, "one", np.asarray(1.0), dtype=dt)], [s])
     w.add("Mul", [x, s], [m])
-    w.add("Mul", [m, w.constant(n, "half", np.asarray(0.5, dt))], [r])
+    w.add("Mul", [m, w.constant(n, "half", np.asarray(0.5), dtype=dt)], [r])
 
 
 def _dropout_onnx(w: Any, n: Any) -> None:

@@ -272,15 +272,14 @@ def _merge_onnx(w: Any, n: Any) -> None:
     if value is not None:
         w.fold(n, merge(value, n.a))
         return
-    from ..opaque import NP_DTYPES
     (k,) = n.in_types
     count, groups = n.a["count"], n.a["groups"]
     o, cg, kh, kw = k.shape
     blocks = (groups // count, count, o // groups, 1, cg, kh, kw)
-    mask = np.eye(count, dtype=NP_DTYPES[k.dtype]).reshape(1, count, 1, count, 1, 1, 1)
+    mask = np.eye(count).reshape(1, count, 1, count, 1, 1, 1)
     r, m = w.tmp(n, "blocks"), w.tmp(n, "masked")
     w.add("Reshape", [n.ins[0], w.ints(n, "blocks_shape", blocks)], [r])
-    w.add("Mul", [r, w.constant(n, "mask", mask)], [m])
+    w.add("Mul", [r, w.constant(n, "mask", mask, dtype=k.dtype)], [m])
     w.add("Reshape", [m, w.ints(n, "shape", n.out_types[0].shape)], [n.main])
 
 

@@ -278,9 +278,8 @@ def _pad_onnx(w: Any, n: Any) -> None:
         w.add("Pad", n.ins, [n.main], mode="constant", pads=list(a["pads"]),
               value=float(a["value"]))
         return
-    from ..opaque import NP_DTYPES
-    value = w.constant(n, "value", np.asarray(a["value"], NP_DTYPES[n.in_types[0].dtype]),
-                       doc=repr(a["value"]))
+    value = w.constant(n, "value", np.asarray(a["value"]), doc=repr(a["value"]),
+                       dtype=n.in_types[0].dtype)
     w.add("Pad", [n.ins[0], w.ints(n, "pads", a["pads"]), value], [n.main], mode="constant")
 
 

@@ -26,11 +26,9 @@ def _noop(ins: list[TensorType], a: dict) -> list[TensorType]:
 
 def _noop_onnx(w: Any, n: Any) -> None:
     """A zero scalar, as the interpreter gives."""
-    from onnx import numpy_helper
-
-    from ..opaque import NP_DTYPES
-    w.add("Constant", [], [n.main], value=numpy_helper.from_array(
-        np.zeros((), NP_DTYPES[n.out_types[0].dtype]), n.main))
+    from ..tensors import from_array
+    w.add("Constant", [], [n.main], value=from_array(np.zeros(()), n.main,
+                                                     n.out_types[0].dtype))
 
 
 def _opaque_infer(ins: list[TensorType], a: dict) -> list[TensorType]:

@@ -78,7 +78,7 @@ def _gemm_in(imp: Any, i: int, node: Any) -> None:
             and bname not in imp.meta_weight_inputs and c.value.ndim == 2:
         # torch's Linear as Gemm(transB=1): the weight transposed once, so the rules see
         # matmul(x, W) as in the .tir models (the ONNX initializer itself maps to no IR value)
-        b = imp.new_weight(bname + "_T", np.ascontiguousarray(c.value.T), bname, node)
+        b = imp.new_weight(bname + "_T", np.ascontiguousarray(c.value.T), bname, node, c.dtype)
         at = {**at, "transB": 0}
     else:
         b = imp.val(bname, node)

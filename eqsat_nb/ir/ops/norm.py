@@ -97,9 +97,9 @@ def _layernorm_in(imp: Any, i: int, node: Any) -> None:
     if len(node.input) > 2 and node.input[2]:
         b = broadcast_to(imp, imp.val(node.input[2], node), imp.type_of(node.input[2], node), norm)
     else:            # no bias: a zero weight (the value travels with the other weights)
-        from ..opaque import NP_DTYPES
-        b = imp.new_weight(node.output[0] + "_zero_bias", np.zeros(norm, NP_DTYPES[x.dtype]),
-                           node.output[0], node)
+        from ..tensors import as_dtype
+        b = imp.new_weight(node.output[0] + "_zero_bias", as_dtype(np.zeros(norm), x.dtype),
+                           node.output[0], node, x.dtype)
     imp.emit("layernorm", [imp.val(node.input[0], node), g, b], node.output[0], axis=axis,
              eps=short(np.float32(at.get("epsilon", 1e-5))))
 
@@ -134,16 +134,16 @@ def _layernorm_onnx(w: Any, n: Any) -> None:
     if w.opset >= 17:
         w.add("LayerNormalization", n.ins, [n.main], axis=n.a["axis"], epsilon=n.a["eps"])
         return
-    from ..opaque import NP_DTYPES     # as torch writes LayerNorm below opset 17
-    dt = NP_DTYPES[n.in_types[0].dtype]
+    dt = n.in_types[0].dtype         # as torch writes LayerNorm below opset 17
     x, g, b = n.ins
     m, d, d2, v, ve, sd, y, yg = (w.tmp(n, k) for k in ("mean", "sub", "pow", "var", "add",
                                                          "sqrt", "div", "mul"))
     _mean_last(w, n, x, m)
     w.add("Sub", [x, m], [d])
-    w.add("Pow", [d, w.constant(n, "two", np.asarray(2.0, dt))], [d2])
+    w.add("Pow", [d, w.constant(n, "two", np.asarray(2.0), dtype=dt)], [d2])
     _mean_last(w, n, d2, v)
-    w.add("Add", [v, w.constant(n, "eps", np.asarray(n.a["eps"], dt), doc=repr(n.a["eps"]))],
+    w.add("Add", [v, w.constant(n, "eps", np.asarray(n.a["eps"]), doc=repr(n.a["eps"]),
+                                dtype=dt)],
           [ve])
     w.add("Sqrt", [ve], [sd])
     w.add("Div", [d, sd], [y])
@@ -155,13 +155,13 @@ def _rmsnorm_onnx(w: Any, n: Any) -> None:
     if w.opset >= 23:
         w.add("RMSNormalization", n.ins, [n.main], axis=n.a["axis"], epsilon=n.a["eps"])
         return
-    from ..opaque import NP_DTYPES     # the form onnxruntime fuses (SimplifiedLayerNormalization)
-    dt = NP_DTYPES[n.in_types[0].dtype]
+    dt = n.in_types[0].dtype         # the form onnxruntime fuses (SimplifiedLayerNormalization)
     x, g = n.ins
     x2, m, me, rms, y = (w.tmp(n, k) for k in ("pow", "mean", "add", "sqrt", "div"))
-    w.add("Pow", [x, w.constant(n, "two", np.asarray(2.0, dt))], [x2])
+    w.add("Pow", [x, w.constant(n, "two", np.asarray(2.0), dtype=dt)], [x2])
     _mean_last(w, n, x2, m)
-    w.add("Add", [m, w.constant(n, "eps", np.asarray(n.a["eps"], dt), doc=repr(n.a["eps"]))],
+    w.add("Add", [m, w.constant(n, "eps", np.asarray(n.a["eps"]), doc=repr(n.a["eps"]),
+                                dtype=dt)],
           [me])
     w.add("Sqrt", [me], [rms])
     w.add("Div", [x, rms], [y])

@@ -13,7 +13,8 @@ builder's (cost/onnx_node.py: initializers, explicit pads). Both offer:
 
     w.opset                       the default-domain opset written
     w.add(op_type, ins, outs, **attributes)
-    w.constant(n, hint, array, doc="") -> name     a static operand (shape, sizes, a scalar)
+    w.constant(n, hint, array, doc="", dtype=None) -> name   a static operand (shape, sizes, a
+                                  scalar) of IR element type dtype (default: the array's)
     w.ints(n, hint, values) -> name                an int64 vector operand
     w.tmp(n, hint) -> name                         a helper value
     w.padding(a, hw, kernel) -> dict               a conv/pool padding's ONNX attributes
@@ -47,6 +48,13 @@ class Const:
     value: np.ndarray
     from_constant_node: bool      # a Constant node (vs an initializer)
     doc: str = ""
+    bf16: bool = False            # a bfloat16 value, held as float32 (ir/bfloat16.py)
+
+    @property
+    def dtype(self) -> str | None:
+        """The IR element type of the value (None: one the IR lacks)."""
+        from ..tensors import dtype_of_array
+        return "bf16" if self.bf16 else dtype_of_array(self.value)
 
 
 @dataclass
@@ -119,7 +127,7 @@ def broadcast_to(imp: Any, v: str, ty: TensorType, shape: tuple[int, ...]) -> st
     return imp.emit("broadcast", [v], shape=shape)
 
 
-FLOATS = ("f16", "f32", "f64")
+FLOATS = ("f16", "f32", "f64", "bf16")
 
 
 def scalar_operand(imp: Any, node: Any) -> tuple[str, Const, TensorType] | None:
@@ -153,9 +161,7 @@ def scalar_onnx(op_type: str) -> Callable[[Any, OnnxNode], None]:
     """`to_onnx` of x (op) value: the value as a scalar Constant of x's element type, its
     exact repr in the doc string (read back by the importer)."""
     def write(w: Any, n: OnnxNode) -> None:
-        from ..opaque import NP_DTYPES
         value = n.a["value"]
-        c = w.constant(n, "value", np.asarray(value, NP_DTYPES[n.in_types[0].dtype]),
-                       doc=repr(value))
+        c = w.constant(n, "value", np.asarray(value), doc=repr(value), dtype=n.in_types[0].dtype)
         w.add(op_type, [n.ins[0], c], [n.main])
     return write
