@@ -70,6 +70,7 @@ class Result:
     improved: bool = True         # False: the original was kept
     rules_banned: dict[str, int] = field(default_factory=dict)   # saturate: bans per rule
     changes: list = field(default_factory=list)   # cost.explain.Change, largest saving first
+    layers: Any = None            # layers.LayerRun when optimized one layer class at a time
 
     @property
     def speedup_pct(self) -> float:

@@ -1,0 +1,97 @@
+"""Checking a rewrite carried over to many copies: every copy, one at a time, with its weights.
+
+Each rewritten piece (every copy of every layer class whose representative changed, and the rest
+of the graph if it changed) is checked as a function of its own: the copy before and after, run
+in the reference interpreter on the same random activations at its inputs' shapes, with the
+real weights of that copy (`check_outputs.verify_graphs`, under the rule of the piece's
+precision). One copy at a time, so the memory needed is one layer's, whatever the model's size:
+this is what checks a model whose whole-graph check does not fit `--verify-memory`, and it
+checks the renaming too (a copy that read another copy's weights would differ).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..check_outputs import Verification, estimate_verification, verify_graphs
+from .repeat import LayerRun
+
+
+@dataclass
+class LayerCheck:
+    """What the per-copy checks found."""
+
+    pieces: list[tuple[str, int, int]] = field(default_factory=list)   # (name, copies, checked)
+    worst: Verification | None = None     # the worst copy's check (largest excess)
+    failed: str = ""                      # the first copy that differed, in words
+    skipped: str = ""                     # why some were not checked (memory)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def copies_checked(self) -> int:
+        return sum(n for _, _, n in self.pieces)
+
+    def summary(self) -> str:
+        """e.g. 'per layer class: 1 class x 12 copies checked, rest of the graph checked; max
+        |err| = 5.4e-07 of max |ref| (tolerance ...)'."""
+        parts = []
+        classes = [(c, n) for name, c, n in self.pieces if name != "rest of the graph"]
+        if classes:
+            shown = ", ".join(f"{c}" for c, _ in classes)
+            parts.append(f"{len(classes)} class{'es' if len(classes) != 1 else ''} x {shown} "
+                         f"cop{'ies' if sum(c for c, _ in classes) != 1 else 'y'} checked")
+        if any(name == "rest of the graph" for name, _, _ in self.pieces):
+            parts.append("the rest of the graph checked")
+        text = "per layer class: " + (", ".join(parts) if parts else "nothing changed")
+        if self.worst is not None:
+            text += f"; worst {self.worst.summary()}"
+        if self.failed:
+            text += f"; MISMATCH in {self.failed}"
+        if self.skipped:
+            text += f"; {self.skipped}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pieces": [{"name": n, "copies": c, "checked": k} for n, c, k in self.pieces],
+                "ok": self.ok, "failed": self.failed or None, "skipped": self.skipped or None,
+                "worst": None if self.worst is None else self.worst.summary(),
+                "summary": self.summary()}
+
+
+def check_copies(run: LayerRun, weights: Mapping[str, Any] | None, seeds: Sequence[int] = (0,),
+                 deadline: float | None = None, memory: int | None = None) -> LayerCheck:
+    """Check every rewritten copy against its original (module doc); stops at the first
+    mismatch. `memory`: bytes one check may plan to use (a piece over it is not checked, and
+    `skipped` says so); `deadline` as for `verify_graphs`."""
+    out = LayerCheck()
+    for r in run.runs:
+        if not r.changed:
+            continue
+        if memory is not None:
+            need = estimate_verification(r.originals[0], r.optimized[0], weights,
+                                         len(seeds)).peak_bytes
+            if need > memory:
+                out.skipped = (f"{r.name} not checked copy by copy: one copy would need "
+                               f"{need >> 20} MiB")
+                continue
+        checked = 0
+        for k, (before, after) in enumerate(zip(r.originals, r.optimized)):
+            v = verify_graphs(before, after, weights, seeds=seeds, deadline=deadline)
+            checked += 1
+            if out.worst is None or _excess(v) > _excess(out.worst):
+                out.worst = v
+            if not v.ok:
+                out.failed = f"{r.name}, copy {k + 1} of {len(r.copies)}: {v.summary()}"
+                break
+        out.pieces.append((r.name, len(r.copies), checked))
+        if out.failed:
+            break
+    run.check = out
+    return out
+
+
+def _excess(v: Verification) -> float:
+    return max((o.worst_excess for o in v.outputs), default=0.0)
