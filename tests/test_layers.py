@@ -341,9 +341,9 @@ def test_run_reports_layers_and_checks_every_copy(tmp_path, capsys, dtype):
     src, out, rep = tmp_path / "enc.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
     onnx.save(encoder(3, dtype), src)
     assert main(["run", str(src), "--device", "h100", "--onnx", str(out), "--report", str(rep),
-                 "-q", "--extract", "ocf+switch"]) == 0
+                 "-q", "--extract", "ocf+switch", "--layers", "on"]) == 0
     text = capsys.readouterr().out
-    assert "layers: 3 (1 distinct)" in text
+    assert "layers: 3 (1 distinct), each distinct layer optimized once" in text
     assert "verified per layer class: 1 class x 3 copies checked" in text
     r = json.loads(rep.read_text())
     assert r["layers"]["checks"]["ok"] and r["layers"]["classes"][0]["copies"] == 3
@@ -356,3 +356,37 @@ def test_run_reports_layers_and_checks_every_copy(tmp_path, capsys, dtype):
     whole = json.loads(off.read_text())
     assert whole["layers"] is None
     assert whole["cost_after_us"] == pytest.approx(r["cost_after_us"], rel=1e-9)
+
+
+def test_auto_optimizes_a_few_small_layers_as_one_graph(tmp_path, capsys):
+    """Three layers: one class, the border pair and the rest are all of the graph's nodes, so
+    by layers would only add searches; auto says so and optimizes the graph as one."""
+    src, rep = tmp_path / "enc.onnx", tmp_path / "r.json"
+    onnx.save(encoder(3), src)
+    assert main(["run", str(src), "--device", "h100", "--report", str(rep), "-q",
+                 "--extract", "ocf+switch"]) == 0
+    assert "layers: 3 (1 distinct), optimized as one graph: layer by layer would optimize" in \
+        capsys.readouterr().out
+    r = json.loads(rep.read_text())
+    assert r["layers"]["optimized_as_one_graph"] and "checks" not in r["layers"]
+    assert r["verification"]["status"] == "verified"
+
+
+def test_a_rewrite_across_the_border_of_two_layers_sends_the_graph_whole():
+    """TENSAT's BERT: a layer's last matmul feeds the next layer's Q/K/V with nothing between,
+    so multiplying the weights first (a rewrite across the border) saves a fifth; optimizing
+    one layer at a time cannot find it, and the border test sends the graph whole."""
+    from pathlib import Path
+
+    from eqsat_nb.ir.parse import load
+
+    g = load(Path(__file__).resolve().parents[1] / "ir_examples" / "bert.tir")
+    cost = make_cost_model("analytic", "cpu", None, progress=False, precision="fp32")
+    rules = load_rules(None)
+    layers = find_layers(g)
+    assert (layers.count, layers.distinct) == (8, 1)
+    options = Options(extract="ocf+switch")
+    result, run = optimize_layers(g, layers, cost, rules, options)
+    assert run.whole and not run.borders[-1].passed
+    assert result.cost_after == pytest.approx(optimize(g, cost, rules, options).cost_after)
+    assert result.cost_after < 0.85 * result.cost_before

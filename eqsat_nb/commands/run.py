@@ -203,11 +203,12 @@ def add_parser(sub: Any) -> None:
                    "available memory); a verification estimated to need more is skipped, "
                    "with a message")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-    c.add_argument("--layers", choices=("auto", "off"), default="auto",
-                   help="auto (default): where the model repeats a layer (same operators, "
-                   "shapes and wiring, other weights), optimize one copy per distinct layer and "
-                   "repeat its rewrite on every copy, each checked with its own weights; off: "
-                   "optimize the graph as one")
+    c.add_argument("--layers", choices=("auto", "on", "off"), default="auto",
+                   help="where the model repeats a layer (same operators, shapes and wiring, "
+                   "other weights), optimize one copy per distinct layer and repeat its rewrite "
+                   "on every copy, each checked with its own weights: auto (default) when that "
+                   "optimizes at most half of the graph's nodes, on whenever layers repeat; "
+                   "off: optimize the graph as one")
     o = c.add_argument_group("ONNX models")
     o.add_argument("--measure", dest="measure", action="store_true", default=None,
                    help="time the optimized ONNX model against the input in onnxruntime and "
@@ -512,9 +513,12 @@ WHY_SHOWN = 3      # changes named one by one in the report; the rest in one lin
 
 
 def layers_line(layers: dict[str, Any]) -> str:
-    """e.g. 'layers: 12 (1 distinct), each distinct layer optimized once and its rewrite repeated
-    on every copy; 4 ops outside them'."""
+    """e.g. 'layers: 12 (1 distinct), each distinct layer optimized once and its rewrite
+    repeated on every copy; 4 ops outside them'."""
     n, d = layers["layers"], layers["distinct"]
+    if layers.get("optimized_as_one_graph"):
+        return f"layers: {n} ({d} distinct), optimized as one graph: " + \
+            layers["optimized_as_one_graph"]
     return (f"layers: {n} ({d} distinct), each distinct layer optimized once and its rewrite "
             f"repeated on every copy; {layers['ops_outside']} ops outside them")
 

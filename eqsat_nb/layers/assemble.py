@@ -1,12 +1,14 @@
 """A representative's rewrite carried over to its copies, and the whole graph put back together.
 
 `for_copy` renames the representative's optimized graph into a copy's: the representative's
-inputs become the copy's, every value the optimized graph kept from the representative becomes
-the value at the same canonical position of the copy (pieces.correspondence), each weight the
-copy's weight at the same position (the merged Q/K/V of layer k concatenates layer k's
-weights), and an opaque node takes its counterpart's stored ONNX node (equal up to metadata,
-which the copy's own node keeps, so splicing still recognizes it as the model's own). Values the
-rewrite made get fresh names.
+inputs become the copy's, each weight the copy's weight at the same position (the merged Q/K/V
+of layer k concatenates layer k's weights), every value the optimized graph kept from the
+representative (the same expression of the same inputs and weights: names say nothing, as
+extraction may give an old name to a new value) the value at the same canonical position of
+the copy (pieces.correspondence), and such an opaque node its counterpart's stored ONNX node
+(equal up to metadata, which the copy's own node keeps, so splicing still recognizes it as the
+model's own). Values the rewrite made get fresh names, or the copy's output names where they
+are its outputs.
 
 `assemble` joins the pieces (every copy of every class, and the rest of the graph) into one
 graph: values that a piece's outputs became replace those outputs wherever they are read, nodes
@@ -22,7 +24,7 @@ from typing import Sequence
 
 from ..ir.cse import cse
 from ..ir.graph import Graph, Node
-from .pieces import Piece, canonical_attrs, correspondence, is_constant
+from .pieces import Piece, canonical_attrs, correspondence, expression_keys, is_constant
 
 
 def for_copy(optimized: Graph, graph: Graph, rep: Piece, copy: Piece, taken: set[str],
@@ -31,22 +33,45 @@ def for_copy(optimized: Graph, graph: Graph, rep: Piece, copy: Piece, taken: set
     `graph` (see the module doc). `taken` holds every value name in use; fresh names are added
     to it."""
     values, weights = correspondence(graph, rep, copy)
+    ids: dict[tuple, int] = {}
+    rep_nodes = [graph.nodes[i] for i in rep.nodes]
+    before = expression_keys(rep.inputs, rep_nodes, ids)
+    original: dict[int, str] = {}            # expression → the representative's value
+    for v in list(rep.inputs) + rep.values(graph):
+        original.setdefault(before[v], v)
+    after = expression_keys((v for v, _ in optimized.inputs), optimized.nodes, ids)
+    producer = {r: graph.nodes[i] for i in copy.nodes for r in graph.nodes[i].results}
+    expected: dict[str, str] = {}            # an output of `optimized` → the copy's output
+    for v, want in zip(optimized.outputs, copy.outputs):
+        expected.setdefault(v, want)
     opaque = _opaque_counterparts(graph, rep, copy)
-    names = dict(values)
+    names = {v: values[v] for v, _ in optimized.inputs}
+    used = set(names.values())
     nodes = []
     for node in optimized.nodes:
         inputs = tuple(names[v] for v in node.inputs)
+        kept = original.get(after[node.results[0]]) is not None
         results = []
         for r in node.results:
-            if r not in names:
-                names[r] = _fresh(r, taken)
-            results.append(names[r])
+            u = original.get(after[r])
+            if u is not None:                # the representative's own value: the copy's
+                n = values[u]
+            elif r in expected and expected[r] not in used:
+                n = expected[r]              # a new value the copy's readers outside read
+            else:
+                n = _fresh(r, taken)
+            used.add(n)
+            names[r] = n
+            results.append(n)
         attrs = node.attrs
         if node.op == "weight":
             attrs = tuple((k, weights.get(v, v) if k == "name" else v) for k, v in attrs)
         elif node.op == "opaque":
-            canon = canonical_attrs(node)
-            attrs = opaque.get((canon, node.results)) or opaque.get((canon, None)) or attrs
+            own = producer.get(results[0])
+            if kept and own is not None and own.op == "opaque":
+                attrs = own.attrs            # the copy's own node, metadata and all
+            else:
+                attrs = opaque.get(canonical_attrs(node), attrs)
         nodes.append(Node(node.op, inputs, attrs, tuple(results), node.types, node.loc))
     return Graph(name or optimized.name, tuple((names[v], t) for v, t in optimized.inputs),
                  tuple(nodes), tuple(names[v] for v in optimized.outputs))
@@ -62,9 +87,9 @@ def _fresh(value: str, taken: set[str]) -> str:
 
 
 def _opaque_counterparts(graph: Graph, rep: Piece, copy: Piece) -> dict[tuple, tuple]:
-    """For the representative's opaque nodes: (canonical attributes, results) and, where no two
-    of its nodes share canonical attributes while their counterparts differ, (canonical
-    attributes, None) → the copy's node's attributes."""
+    """Canonical attributes of the representative's opaque nodes → its counterpart's attributes,
+    where that is one counterpart (two nodes alike up to metadata whose counterparts differ
+    are left out)."""
     out: dict[tuple, tuple] = {}
     ambiguous: set[tuple] = set()
     for i, j in zip(rep.nodes, copy.nodes):
@@ -72,11 +97,9 @@ def _opaque_counterparts(graph: Graph, rep: Piece, copy: Piece) -> dict[tuple, t
         if a.op != "opaque":
             continue
         canon = canonical_attrs(a)
-        out[(canon, a.results)] = b.attrs
-        key = (canon, None)
-        if out.get(key, b.attrs) != b.attrs:
-            ambiguous.add(key)
-        out[key] = b.attrs
+        if out.get(canon, b.attrs) != b.attrs:
+            ambiguous.add(canon)
+        out[canon] = b.attrs
     for key in ambiguous:
         del out[key]
     return out

@@ -21,7 +21,7 @@ from .repeat import LayerRun
 class LayerCheck:
     """What the per-copy checks found."""
 
-    pieces: list[tuple[str, int, int]] = field(default_factory=list)   # (name, copies, checked)
+    pieces: list[tuple[str, int, int]] = field(default_factory=list)   # (kind, copies, checked)
     worst: Verification | None = None     # the worst copy's check (largest excess)
     failed: str = ""                      # the first copy that differed, in words
     skipped: str = ""                     # why some were not checked (memory)
@@ -35,16 +35,18 @@ class LayerCheck:
         return sum(n for _, _, n in self.pieces)
 
     def summary(self) -> str:
-        """e.g. 'per layer class: 1 class x 12 copies checked, rest of the graph checked; max
-        |err| = 5.4e-07 of max |ref| (tolerance ...)'."""
+        """e.g. 'per layer class: 1 class x 12 copies checked, 1 part of the rest checked;
+        worst 1 output, ... max |err| = 2.1e-07 of max |ref| (tolerance ...)'."""
         parts = []
-        classes = [(c, n) for name, c, n in self.pieces if name != "rest of the graph"]
-        if classes:
-            shown = ", ".join(f"{c}" for c, _ in classes)
-            parts.append(f"{len(classes)} class{'es' if len(classes) != 1 else ''} x {shown} "
-                         f"cop{'ies' if sum(c for c, _ in classes) != 1 else 'y'} checked")
-        if any(name == "rest of the graph" for name, _, _ in self.pieces):
-            parts.append("the rest of the graph checked")
+        classes = [n for kind, _, n in self.pieces if kind == "class"]
+        if len(classes) == 1:
+            parts.append(f"1 class x {classes[0]} cop{'y' if classes[0] == 1 else 'ies'} checked")
+        elif classes:
+            parts.append(f"{len(classes)} classes x {' + '.join(map(str, classes))} copies "
+                         f"checked")
+        rest = sum(n for kind, _, n in self.pieces if kind == "rest")
+        if rest:
+            parts.append(f"{rest} part{'s' if rest != 1 else ''} of the rest checked")
         text = "per layer class: " + (", ".join(parts) if parts else "nothing changed")
         if self.worst is not None:
             text += f"; worst {self.worst.summary()}"
@@ -55,7 +57,7 @@ class LayerCheck:
         return text
 
     def as_dict(self) -> dict[str, Any]:
-        return {"pieces": [{"name": n, "copies": c, "checked": k} for n, c, k in self.pieces],
+        return {"pieces": [{"kind": n, "copies": c, "checked": k} for n, c, k in self.pieces],
                 "ok": self.ok, "failed": self.failed or None, "skipped": self.skipped or None,
                 "worst": None if self.worst is None else self.worst.summary(),
                 "summary": self.summary()}
@@ -86,7 +88,7 @@ def check_copies(run: LayerRun, weights: Mapping[str, Any] | None, seeds: Sequen
             if not v.ok:
                 out.failed = f"{r.name}, copy {k + 1} of {len(r.copies)}: {v.summary()}"
                 break
-        out.pieces.append((r.name, len(r.copies), checked))
+        out.pieces.append((r.kind, len(r.copies), checked))
         if out.failed:
             break
     run.check = out

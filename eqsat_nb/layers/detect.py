@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.graph import Graph
-from .pieces import GraphIndex, Piece, canonical_attrs, make_piece
+from .pieces import GraphIndex, Piece, canonical_attrs, expression_keys, make_piece
 
 MIN_LAYER_NODES = 8     # activation nodes a layer must have (a transformer layer has 30-90)
 
@@ -59,6 +59,15 @@ class Layers:
     rest: tuple[int, ...]               # activation nodes in no copy (graph order)
     proposed: int = 0                   # blocks the periodic runs proposed
     not_chained: int = 0                # classes left whole: copies not one after the other
+    # the rest by how many layers it follows: rest_parts[j] = (j, its nodes), the nodes that
+    # depend on layer j of the chain (in graph order, counted from 1) and on no later one
+    rest_parts: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    @property
+    def chain(self) -> list[tuple[int, Piece]]:
+        """Every copy with its class's index, in graph order (one after the other)."""
+        return sorted(((k, p) for k, c in enumerate(self.classes) for p in c.copies),
+                      key=lambda kp: kp[1].act[0])
 
     @property
     def count(self) -> int:
@@ -103,7 +112,31 @@ def find_layers(graph: Graph, min_nodes: int = MIN_LAYER_NODES,
     taken.sort(key=lambda c: c.rep.act[0])
     in_copies = {i for c in taken for p in c.copies for i in p.act}
     rest = tuple(i for i in act if i not in in_copies)
-    return Layers(graph, ix, tuple(taken), rest, len(blocks), refused)
+    chain = sorted((p for c in taken for p in c.copies), key=lambda p: p.act[0])
+    return Layers(graph, ix, tuple(taken), rest, len(blocks), refused,
+                  _rest_parts(ix, chain, rest))
+
+
+def _rest_parts(ix: GraphIndex, chain: list[Piece], rest: tuple[int, ...]
+                ) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """The rest split by the last layer of the chain each node depends on. Optimized as graphs
+    of their own, in the order before the layers, layer 1, after layer 1, ..., each part reads
+    only what comes before it, so no rewrite inside a part can make the assembled graph cyclic
+    (one graph for the whole rest could merge a node feeding layer 1 with one reading layer 12,
+    since it sees no path between them)."""
+    layer_of = {i: j + 1 for j, p in enumerate(chain) for i in p.act}
+    level: dict[str, int] = {}
+    parts: dict[int, list[int]] = {}
+    in_rest = set(rest)
+    for i, node in enumerate(ix.graph.nodes):
+        lv = layer_of.get(i)
+        if lv is None:
+            lv = max((level.get(v, 0) for v in node.inputs), default=0)
+        for r in node.results:
+            level[r] = lv
+        if i in in_rest:
+            parts.setdefault(lv, []).append(i)
+    return tuple((lv, tuple(nodes)) for lv, nodes in sorted(parts.items()))
 
 
 # ------------------------------------------------------------------ 1. periodic runs
@@ -215,7 +248,7 @@ def _same_everywhere(ix: GraphIndex, classes: list[LayerClass]) -> set[int]:
     """Activation nodes that compute the same expression (same operators down to the same graph
     inputs, weights and outside values) as the nodes at their position in every other copy of
     their class."""
-    keys = _expression_keys(ix)
+    keys = expression_keys((v for v, _ in ix.graph.inputs), ix.graph.nodes, {})
     same: set[int] = set()
     for c in classes:
         for pos in range(len(c.rep.act)):
@@ -223,21 +256,3 @@ def _same_everywhere(ix: GraphIndex, classes: list[LayerClass]) -> set[int]:
             if len({keys[ix.graph.nodes[i].results[0]] for i in nodes}) == 1:
                 same.update(nodes)
     return same
-
-
-def _expression_keys(ix: GraphIndex) -> dict[str, int]:
-    """An id per value, equal for values computing the same expression (hash-consing: what the
-    e-graph would make one class before any rewrite)."""
-    from ..ir.opaque import NONDETERMINISTIC
-
-    ids: dict[tuple, int] = {}
-    keys: dict[str, int] = {}
-    for v, _ in ix.graph.inputs:
-        keys[v] = ids.setdefault(("input", v), len(ids))
-    for node in ix.graph.nodes:
-        base = (node.op, node.attrs, tuple(keys[v] for v in node.inputs))
-        if node.op == "opaque" and node.attr.get("op") in NONDETERMINISTIC:
-            base += (node.results,)             # every draw is its own value
-        for k, r in enumerate(node.results):
-            keys[r] = ids.setdefault(base + (k,), len(ids))
-    return keys

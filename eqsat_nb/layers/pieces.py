@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from ..ir.graph import Graph, Node, TensorType
 from ..ir.opaque import NONDETERMINISTIC
@@ -188,6 +188,16 @@ def correspondence(graph: Graph, rep: Piece, copy: Piece) -> tuple[dict[str, str
     return values, weights
 
 
-def act_values(graph: Graph, nodes: Sequence[int]) -> set[str]:
-    """The values the nodes at these indices define."""
-    return {r for i in nodes for r in graph.nodes[i].results}
+def expression_keys(inputs: Iterable[str], nodes: Iterable[Node], ids: dict[tuple, int]
+                    ) -> dict[str, int]:
+    """An id per value, equal for values that compute the same expression: the same operators
+    and attributes down to the same inputs and weights (by name), as hash-consing sees them
+    (each random draw its own value). `ids` interns the keys; share it to compare graphs."""
+    keys = {v: ids.setdefault(("input", v), len(ids)) for v in inputs}
+    for node in nodes:
+        base: tuple = (node.op, node.attrs, tuple(keys[v] for v in node.inputs))
+        if node.op == "opaque" and node.attr.get("op") in NONDETERMINISTIC:
+            base += (node.results,)
+        for k, r in enumerate(node.results):
+            keys[r] = ids.setdefault(base + (k,), len(ids))
+    return keys

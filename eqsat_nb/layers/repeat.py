@@ -5,18 +5,31 @@ A transformer exported to ONNX repeats one layer 12-80 times with other weights;
 whole graph saturates, prices and extracts every copy as if it were new. Here the representative
 (the first copy) becomes a graph of its own (inputs: the values it reads from outside; outputs:
 the values read outside it) and gets the same optimization as a whole graph would (options,
-rules, cost model); the rest of the graph (embeddings, head, anything in no class) is one more
-such graph. The time budget is shared among these graphs in proportion to their nodes, each
-class counted once. The result is the graph that optimizing every copy on its own would give
-(detect.py says why no rewrite joining two copies is lost), with one e-graph per class instead
-of one per copy.
+rules, cost model); the rest of the graph (embeddings, head, anything in no class) is cut into
+parts by the layers they follow (detect.py) and each part is one more such graph. The time
+budget is shared among these graphs in proportion to their nodes, each class counted once.
+The result is the graph that optimizing every copy on its own would give, with one e-graph per
+class instead of one per copy.
+
+Optimizing copies one at a time loses the rewrites that join two copies: detect.py rules out
+merges between them (the copies form a chain), and the border test here the rewrites across
+the border of two consecutive copies (a rewrite matching the end of one and the start of the
+next). Once for every pair of classes that follow one another, two consecutive copies are
+saturated together as one graph; when no rewrite reaches across their border (border.py) the
+test passes, otherwise the pair is optimized together and compared with the two optimized
+apart; when together is estimated cheaper, the graph is optimized as one instead, as without
+layers. HF BERT and Llama exports pass at the first step (a LayerNorm or a Cast sits on every
+border), TENSAT's ViT at the second (a residual Add reassociates across the border, for
+nothing), TENSAT's synthetic BERT fails (a layer's last matmul feeds the next layer's Q/K/V
+directly, and multiplying the two weights first saves a fifth of its cost).
 
 The combined `Result` prices the assembled graph as a whole; its rule counts are those of the
 searches that ran (one per class, not per copy) and its changes (the report's "why" lines) are
-the representative's, times the number of copies.
+the representatives', times their numbers of copies.
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
@@ -26,15 +39,19 @@ from ..ir.graph import Graph
 from ..optimize import Options, Result, optimize
 from ..rules.pattern import Rule
 from .assemble import assemble, for_copy
+from .border import crosses
 from .detect import Layers
 from .pieces import Piece, make_piece, piece_graph
+
+BOUNDARY_TOLERANCE = 1e-6   # relative: a pair no cheaper than this beyond its parts passes
 
 
 @dataclass
 class PieceRun:
-    """One optimized graph: a layer class's representative, or the rest of the graph."""
+    """One optimized graph: a layer class's representative, or a part of the rest."""
 
-    name: str                   # "layer class 1", "rest of the graph"
+    name: str                   # "layer class 1", "rest of the graph before the layers"
+    kind: str                   # "class" | "rest"
     copies: tuple[Piece, ...]   # the pieces it stands for (the representative first)
     result: Result              # the representative's optimization
     originals: list[Graph] = field(default_factory=list)   # each copy as a graph
@@ -45,12 +62,41 @@ class PieceRun:
         return self.result.improved
 
 
+@dataclass(frozen=True)
+class BorderTest:
+    """Two consecutive copies saturated together: whether a rewrite reaches across their border
+    (border.py), and if so, the two optimized together against the same two optimized apart and
+    put together as the whole graph will be (an expression both compute, such as the broadcast
+    of a shared mask, counted once, as the pair's own e-graph counts it)."""
+
+    classes: tuple[int, int]    # the classes of the first and second copy (from 1)
+    seconds: float
+    together_us: float | None = None      # None: no rewrite reaches across, nothing to price
+    apart_us: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        if self.together_us is None or self.apart_us is None:
+            return True
+        return self.together_us >= self.apart_us * (1 - BOUNDARY_TOLERANCE) - 1e-9
+
+    def describe(self) -> str:
+        a, b = self.classes
+        what = f"layer class {a} then {b}" if a != b else f"two layers of class {a}"
+        if self.together_us is None:
+            return f"{what}: no rewrite reaches across their border"
+        return (f"{what} optimized together: {self.together_us:.1f} us, apart: "
+                f"{self.apart_us:.1f} us")
+
+
 @dataclass
 class LayerRun:
     """What optimizing layer by layer did (the report's "layers" entry reads it)."""
 
     layers: Layers
     runs: list[PieceRun]
+    borders: list[BorderTest] = field(default_factory=list)
+    whole: str = ""             # why the graph was optimized as one after all ("": it was not)
     check: Any = None           # check.LayerCheck once the copies were checked
 
     def summary(self) -> dict[str, Any]:
@@ -60,48 +106,123 @@ class LayerRun:
                     "improved": r.changed,
                     "cost_before_us": r.result.cost_before, "cost_after_us": r.result.cost_after,
                     "extraction": r.result.extraction}
-                   for r in self.runs if r.name != REST]
+                   for r in self.runs if r.kind == "class"]
         out: dict[str, Any] = {"layers": L.count, "distinct": L.distinct,
-                               "ops_outside": len(L.rest), "classes": classes}
+                               "ops_outside": len(L.rest), "classes": classes,
+                               "optimized_as_one_graph": self.whole or None,
+                               "border_tests": [b.describe() for b in self.borders]}
         if self.check is not None:
             out["checks"] = self.check.as_dict()
         return out
-
-
-REST = "rest of the graph"
 
 
 def optimize_layers(graph: Graph, layers: Layers, cost_model: CostModel, rules: Sequence[Rule],
                     options: Options = Options(),
                     on_iteration: Callable[..., None] | None = None,
                     on_decision: Callable[..., None] | None = None) -> tuple[Result, LayerRun]:
-    """Optimize `graph` class by class (see the module doc): the combined Result and how."""
+    """Optimize `graph` class by class (see the module doc): the combined Result and how. When
+    a border test fails, the Result is `optimize(graph)`'s, and the LayerRun says why."""
     ix = layers.index
-    jobs: list[tuple[str, tuple[Piece, ...]]] = [
-        (f"layer class {k + 1}", c.copies) for k, c in enumerate(layers.classes)]
-    if layers.rest:
-        jobs.append((REST, (make_piece(ix, layers.rest),)))
-    sizes = [max(len(copies[0].act), 1) for _, copies in jobs]
+    progress = dict(on_iteration=on_iteration, on_decision=on_decision)
+    classes = [(f"layer class {k + 1}", c.copies) for k, c in enumerate(layers.classes)]
+    rest = [(_rest_name(lv), (make_piece(ix, nodes),)) for lv, nodes in layers.rest_parts]
+    pairs = _border_pairs(layers)
+    sizes = ([len(copies[0].act) for _, copies in classes]
+             + [len(a.act) + len(b.act) for _, a, b in pairs]
+             + [len(copies[0].act) for _, copies in rest])
     taken = set(graph.types())
     runs: list[PieceRun] = []
-    for k, (name, copies) in enumerate(jobs):
-        rep = copies[0]
-        g = piece_graph(ix, rep, f"{graph.name}.{name.replace(' ', '_')}")
-        opts = _share(options, sizes[k] / sum(sizes[k:]))
-        res = optimize(g, cost_model, rules, opts, on_iteration=on_iteration,
-                       on_decision=on_decision)
-        run = PieceRun(name, copies, res)
-        for copy in copies:
-            original = piece_graph(ix, copy, g.name)
-            run.originals.append(original)
-            run.optimized.append(for_copy(res.optimized, graph, rep, copy, taken)
-                                 if res.improved else original)
-        runs.append(run)
+    done = 0
+
+    def next_options() -> Options:
+        nonlocal done
+        opts = _share(options, max(sizes[done], 1) / max(sum(sizes[done:]), 1))
+        done += 1
+        return opts
+
+    def run_one(g: Graph) -> Result:
+        return optimize(g, cost_model, rules, next_options(), **progress)
+
+    for name, copies in classes:
+        runs.append(_repeat(graph, ix, name, "class", copies, run_one, taken))
+    how = LayerRun(layers, runs)
+    for (a, b), first, second in pairs:
+        g = piece_graph(ix, make_piece(ix, first.act + second.act), f"{graph.name}.border")
+        t = time.perf_counter()
+        opts = next_options()
+        border = [v for v in first.outputs if v in set(second.inputs)]
+        if not crosses(g, first.values(graph), second.values(graph), border, rules,
+                       _search_limits(opts)):
+            how.borders.append(BorderTest((a + 1, b + 1), time.perf_counter() - t))
+            continue
+        res = optimize(g, cost_model, rules, opts, **progress)
+        apart = assemble(g, [(_rewritten(runs[a], first), first),
+                             (_rewritten(runs[b], second), second)])
+        how.borders.append(BorderTest((a + 1, b + 1), time.perf_counter() - t, res.cost_after,
+                                      graph_cost(cost_model, apart)))
+        if not how.borders[-1].passed:
+            how.whole = f"rewrites cross the layers' borders ({how.borders[-1].describe()})"
+            result = optimize(graph, cost_model, rules, options, **progress)
+            result.layers = how
+            return result, how
+    for name, copies in rest:
+        runs.append(_repeat(graph, ix, name, "rest", copies, run_one, taken))
     parts = [(opt, copy) for r in runs for opt, copy in zip(r.optimized, r.copies)]
     assembled = assemble(graph, parts) if any(r.changed for r in runs) else graph
-    result, how = _combined(graph, assembled, cost_model, runs), LayerRun(layers, runs)
+    result = _combined(graph, assembled, cost_model, runs)
     result.layers = how
     return result, how
+
+
+def _repeat(graph: Graph, ix, name: str, kind: str, copies: tuple[Piece, ...],
+            run_one: Callable[[Graph], Result], taken: set[str]) -> PieceRun:
+    """Optimize the representative `copies[0]` and carry the rewrite over to every copy."""
+    rep = copies[0]
+    g = piece_graph(ix, rep, f"{graph.name}.{name.replace(' ', '_')}")
+    res = run_one(g)
+    run = PieceRun(name, kind, copies, res)
+    for copy in copies:
+        original = piece_graph(ix, copy, g.name)
+        run.originals.append(original)
+        run.optimized.append(for_copy(res.optimized, graph, rep, copy, taken)
+                             if res.improved else original)
+    return run
+
+
+def _rewritten(run: PieceRun, copy: Piece) -> Graph:
+    """The graph that now computes `copy`, one of `run`'s copies."""
+    return run.optimized[run.copies.index(copy)]
+
+
+def _border_pairs(layers: Layers) -> list[tuple[tuple[int, int], Piece, Piece]]:
+    """The first two consecutive copies of every pair of classes that follow one another."""
+    seen: dict[tuple[int, int], tuple[Piece, Piece]] = {}
+    chain = layers.chain
+    for (a, first), (b, second) in zip(chain, chain[1:]):
+        seen.setdefault((a, b), (first, second))
+    return [(k, first, second) for k, (first, second) in seen.items()]
+
+
+def work_share(layers: Layers) -> float:
+    """The nodes optimized layer by layer (each class once, the border tests' pairs, the rest)
+    as a share of the nodes of the graph."""
+    pairs = sum(len(a.act) + len(b.act) for _, a, b in _border_pairs(layers))
+    done = sum(len(c.rep.act) for c in layers.classes) + pairs + len(layers.rest)
+    return done / max(len(layers.index.act), 1)
+
+
+def _rest_name(level: int) -> str:
+    return ("rest of the graph before the layers" if level == 0 else
+            f"rest of the graph after layer {level}")
+
+
+def _search_limits(options: Options):
+    """The saturation limits `optimize` would search with under `options` (its search's share
+    of the budget)."""
+    if options.budget is None:
+        return options.limits
+    share = max(0.0, options.search_share * (options.budget.left() - options.reserve))
+    return replace(options.limits, time_limit=min(options.limits.time_limit, share))
 
 
 def _share(options: Options, fraction: float) -> Options:
