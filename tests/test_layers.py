@@ -24,6 +24,7 @@ from eqsat_nb.cost.select import make_cost_model
 from eqsat_nb.ir.graph import Graph
 from eqsat_nb.layers import find_layers, optimize_layers, optimize_model
 from eqsat_nb.layers.assemble import assemble, for_copy
+from eqsat_nb.layers.border import crosses
 from eqsat_nb.layers.check import check_copies
 from eqsat_nb.layers.pieces import GraphIndex, make_piece, piece_graph
 from eqsat_nb.onnx_io import import_onnx
@@ -31,6 +32,7 @@ from eqsat_nb.onnx_io.splice import splice, value_keys
 from eqsat_nb.optimize import Options, optimize
 from eqsat_nb.rules.graph_rewrite import idioms_for_search
 from eqsat_nb.rules.parse import load_rules
+from eqsat_nb.search.limits import Limits
 
 S, H, HEADS, D, FF = 8, 32, 2, 16, 64     # sequence, hidden, heads, head dim, MLP width
 ELEM = {"f32": (TensorProto.FLOAT, np.float32), "f16": (TensorProto.FLOAT16, np.float16)}
@@ -291,8 +293,20 @@ def test_the_layered_result_is_each_layer_optimized_on_its_own(dtype):
     assert verify_graphs(g, result.optimized, imp.weights).ok
     check = check_copies(run, imp.weights)
     assert check.ok and check.copies_checked == 3
+    # the border test passed at its first step: no rewrite reaches across a LayerNorm
+    assert len(run.borders) == 1 and run.borders[0].passed
+    assert run.borders[0].together_us is None
     # the why lines: the representative's changes, three times
     assert result.changes and all(c.count % 3 == 0 for c in result.changes)
+
+
+def test_the_copies_are_not_checked_when_their_checks_would_not_fit_the_time_left():
+    imp, rules, cost = _setup(encoder(3))
+    _, run = optimize_layers(imp.graph, find_layers(imp.graph), cost, rules,
+                             Options(extract="ocf+switch"))
+    check = check_copies(run, imp.weights, seconds=0.0)
+    assert check.copies_checked == 0 and "time limit" in check.skipped
+    assert check.summary().startswith("per layer class: not checked")
 
 
 def test_a_wrong_copy_is_caught_by_the_per_copy_check():
@@ -385,6 +399,10 @@ def test_a_rewrite_across_the_border_of_two_layers_sends_the_graph_whole():
     rules = load_rules(None)
     layers = find_layers(g)
     assert (layers.count, layers.distinct) == (8, 1)
+    (_, first), (_, second) = layers.chain[:2]
+    pair = piece_graph(layers.index, make_piece(layers.index, first.act + second.act), "pair")
+    assert crosses(pair, first.values(g), second.values(g),
+                   [v for v in first.outputs if v in second.inputs], rules, Limits())
     options = Options(extract="ocf+switch")
     result, run = optimize_layers(g, layers, cost, rules, options)
     assert run.whole and not run.borders[-1].passed

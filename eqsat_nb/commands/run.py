@@ -400,10 +400,12 @@ def check_layer_copies(result, weights, args: argparse.Namespace, budget, seeds)
     t = time.perf_counter()
     try:
         check = check_copies(result.layers, weights, seeds,
-                             None if budget is None else budget.deadline, memory)
+                             None if budget is None else budget.deadline, memory,
+                             None if budget is None else VERIFY_SHARE * budget.left())
     except VerificationStopped:
-        warn(f"not verified layer by layer: the checks of the layer copies were stopped at the "
-             f"time limit after {time.perf_counter() - t:.1f} s")
+        result.layers.check.skipped = (f"the copies' checks were stopped at the time limit "
+                                       f"after {time.perf_counter() - t:.1f} s")
+        warn("not verified layer by layer: " + result.layers.check.skipped)
         return
     finally:
         result.times["verify_layers"] = time.perf_counter() - t
@@ -413,7 +415,7 @@ def check_layer_copies(result, weights, args: argparse.Namespace, budget, seeds)
             f"written. Please report this (`eqsat-nb verify-rules` checks the rules one by "
             f"one; --layers off optimizes the graph as one).", file=args.model)
     if check.skipped:
-        warn(check.skipped)
+        warn("not verified layer by layer: " + check.skipped)
 
 
 VERIFY_SHARE = 0.6      # verification may take at most this share of the time budget left
@@ -580,8 +582,8 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
         lines.append("  " + v["summary"])
     checks = (r.get("layers") or {}).get("checks")
     if checks:
-        lines.append("  verified " + checks["summary"] if checks["ok"] else
-                     "  " + checks["summary"])
+        lines.append(("  verified " if checks["ok"] and checks["copies_checked"] else "  ")
+                     + checks["summary"])
     if v and v.get("onnxruntime"):
         lines.append("  verified in onnxruntime: " + v["onnxruntime"])
     o = r.get("onnx_output")

@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from ..cost.model import CostModel
 from ..ir.graph import Graph
-from ..optimize import Options, Result, optimize
+from ..optimize import Options, Result
 from ..rules.pattern import Rule
 from .detect import Layers, find_layers
 from .repeat import LayerRun, optimize_layers, work_share
@@ -32,6 +32,8 @@ def optimize_model(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
     whenever the graph repeats layers, "auto" when that also optimizes at most MAX_WORK_SHARE of
     its nodes, "off" never. When layers were found but the graph was optimized as one (too
     small a saving, or a border test failed), `result.layers` says so."""
+    from ..optimize import optimize      # looked up at call time, as run.py always did
+
     if layers not in MODES:
         raise ValueError(f"unknown layers mode {layers!r} (known: {', '.join(MODES)})")
     found = find_layers(graph) if layers != "off" else None

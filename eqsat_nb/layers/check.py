@@ -47,7 +47,9 @@ class LayerCheck:
         rest = sum(n for kind, _, n in self.pieces if kind == "rest")
         if rest:
             parts.append(f"{rest} part{'s' if rest != 1 else ''} of the rest checked")
-        text = "per layer class: " + (", ".join(parts) if parts else "nothing changed")
+        if not parts:
+            return "per layer class: not checked: " + (self.skipped or "nothing changed")
+        text = "per layer class: " + ", ".join(parts)
         if self.worst is not None:
             text += f"; worst {self.worst.summary()}"
         if self.failed:
@@ -58,27 +60,35 @@ class LayerCheck:
 
     def as_dict(self) -> dict[str, Any]:
         return {"pieces": [{"kind": n, "copies": c, "checked": k} for n, c, k in self.pieces],
-                "ok": self.ok, "failed": self.failed or None, "skipped": self.skipped or None,
+                "ok": self.ok, "copies_checked": self.copies_checked,
+                "failed": self.failed or None, "skipped": self.skipped or None,
                 "worst": None if self.worst is None else self.worst.summary(),
                 "summary": self.summary()}
 
 
 def check_copies(run: LayerRun, weights: Mapping[str, Any] | None, seeds: Sequence[int] = (0,),
-                 deadline: float | None = None, memory: int | None = None) -> LayerCheck:
+                 deadline: float | None = None, memory: int | None = None,
+                 seconds: float | None = None) -> LayerCheck:
     """Check every rewritten copy against its original (module doc); stops at the first
-    mismatch. `memory`: bytes one check may plan to use (a piece over it is not checked, and
-    `skipped` says so); `deadline` as for `verify_graphs`."""
+    mismatch. `memory`: bytes one check may plan to use (a piece over it is not checked);
+    `seconds`: the time the checks may plan to take (over it, none is run); `skipped` says
+    what was not checked. `deadline` as for `verify_graphs`."""
     out = LayerCheck()
-    for r in run.runs:
-        if not r.changed:
+    run.check = out
+    changed = [r for r in run.runs if r.changed]
+    costs = {id(r): estimate_verification(r.originals[0], r.optimized[0], weights, len(seeds))
+             for r in changed}
+    total = sum(costs[id(r)].seconds * len(r.copies) for r in changed)
+    if seconds is not None and total > seconds:
+        out.skipped = (f"the copies were not checked one by one: that would take about "
+                       f"{total:.0f} s (estimated), more than the time limit leaves")
+        return out
+    for r in changed:
+        if memory is not None and costs[id(r)].peak_bytes > memory:
+            out.skipped = (f"{r.name} not checked copy by copy: one copy would need "
+                           f"{costs[id(r)].peak_bytes >> 20} MiB, over the memory "
+                           f"verification may use")
             continue
-        if memory is not None:
-            need = estimate_verification(r.originals[0], r.optimized[0], weights,
-                                         len(seeds)).peak_bytes
-            if need > memory:
-                out.skipped = (f"{r.name} not checked copy by copy: one copy would need "
-                               f"{need >> 20} MiB")
-                continue
         checked = 0
         for k, (before, after) in enumerate(zip(r.originals, r.optimized)):
             v = verify_graphs(before, after, weights, seeds=seeds, deadline=deadline)
@@ -91,7 +101,6 @@ def check_copies(run: LayerRun, weights: Mapping[str, Any] | None, seeds: Sequen
         out.pieces.append((r.kind, len(r.copies), checked))
         if out.failed:
             break
-    run.check = out
     return out
 
 
