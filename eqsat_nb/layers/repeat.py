@@ -214,9 +214,9 @@ def _border_pairs(layers: Layers) -> list[tuple[tuple[int, int], Piece, Piece]]:
 
 
 def work_share(layers: Layers) -> float:
-    """The nodes optimized layer by layer (each class once, the border tests' pairs, the rest)
-    as a share of the nodes of the graph."""
-    pairs = sum(len(a.act) + len(b.act) for _, a, b in _border_pairs(layers))
+    """The nodes optimized layer by layer (each class once, each border test as one layer, the
+    rest) as a share of the nodes of the graph."""
+    pairs = sum(max(len(a.act), len(b.act)) for _, a, b in _border_pairs(layers))
     done = sum(len(c.rep.act) for c in layers.classes) + pairs + len(layers.rest)
     return done / max(len(layers.index.act), 1)
 
