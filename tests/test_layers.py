@@ -42,7 +42,8 @@ class _Encoder:
     """The nodes and initializers of an encoder under construction, named as torch.onnx names
     them (`/encoder/layer.3/attention/self/query/MatMul`, `onnx::MatMul_12`, per-layer biases)."""
 
-    def __init__(self, dtype: str, seed: int) -> None:
+    def __init__(self, dtype: str, seed: int, dynamo: bool = False) -> None:
+        self.dynamo = dynamo        # name values val_N and put each node's scope in metadata
         self.elem, self.np = ELEM[dtype]
         self.nodes: list = []
         self.inits: list = []
@@ -60,6 +61,14 @@ class _Encoder:
         return self.init(f"onnx::MatMul_{1000 + self.anon}", (n_in, n_out), 1 / np.sqrt(n_in))
 
     def op(self, scope: str, op: str, ins: list[str], out: str | None = None, **attrs) -> str:
+        if self.dynamo:             # as the dynamo exporter: no scope in any name
+            name = f"node_{len(self.nodes)}"
+            out = out or f"val_{len(self.nodes)}"
+            node = helper.make_node(op, ins, [out], name=name, **attrs)
+            entry = node.metadata_props.add()
+            entry.key, entry.value = "pkg.torch.onnx.name_scopes", repr(scope.split("/"))
+            self.nodes.append(node)
+            return out
         name = f"{scope}/{op}"
         k = sum(1 for n in self.nodes if n.name.rsplit("_", 1)[0] == name or n.name == name)
         name = name if k == 0 else f"{name}_{k}"
@@ -101,6 +110,8 @@ class _Encoder:
         probs = self.op(att, "Softmax", [self.op(att, "Add", [scores, mask])], axis=-1)
         ctx = self.op(att, "Transpose", [self.op(att, "MatMul", [probs, v])], perm=[0, 2, 1, 3])
         ctx = self.op(att, "Reshape", [ctx, self.const(att, [1, S, H])])
+        if self.dynamo:             # two nodes the IR keeps opaque, with per-layer metadata
+            ctx = self.op(att, "Neg", [self.op(att, "Neg", [ctx])])
         o = f"{s}/attention/output"
         dense = self.linear(ctx, f"{o}/dense", f"{p}.attention.output.dense", H, H)
         res = self.op(o, "Add", [dense, x if residual_from_input else ctx])
@@ -118,11 +129,14 @@ class _Encoder:
         return self.layernorm(y, f"{out}/LayerNorm", f"{p}.output.LayerNorm", epsilon)
 
 
-def encoder(layers: int = 3, dtype: str = "f32", seed: int = 0, vary: dict | None = None):
+def encoder(layers: int = 3, dtype: str = "f32", seed: int = 0, vary: dict | None = None,
+            dynamo: bool = False):
     """An encoder of `layers` BERT layers (see the module doc). `vary` = {layer: {keyword:
     value}} builds that layer with other `_Encoder.layer` arguments (an epsilon, an MLP width, a
-    residual read from elsewhere)."""
-    n = _Encoder(dtype, seed)
+    residual read from elsewhere). `dynamo`: values named val_N with no layer number, each node's
+    scope in its metadata (as the dynamo exporter writes them), and two Neg nodes per layer (which
+    the IR keeps as opaque nodes, metadata included)."""
+    n = _Encoder(dtype, seed, dynamo)
     mask = n.op("", "Sub", [n.const("", 1.0, n.np), "attention_mask"])
     mask = n.op("", "Mul", [mask, n.const("", -10000.0, n.np)])
     x = "hidden_states"
@@ -220,6 +234,23 @@ def _layer_nodes(g: Graph, ix: GraphIndex, k: int, last: bool) -> list[int]:
               and ix.consumers.get(g.nodes[i].results[0])
               and all(c in named for c in ix.consumers[g.nodes[i].results[0]])}
     return sorted(named)
+
+
+def test_layers_named_without_numbers_and_opaque_nodes_with_per_layer_metadata():
+    """The dynamo exporter's names carry no layer number and its nodes' metadata differ per
+    layer: the layers are found all the same, and every copy keeps its own opaque nodes (so the
+    splice writes them back as the model's own)."""
+    imp, rules, cost = _setup(encoder(3, dynamo=True))
+    g = imp.graph
+    assert not any("layer" in v for n in imp.model.graph.node for v in list(n.output) + [n.name])
+    layers = find_layers(g)
+    assert (layers.count, layers.distinct) == (3, 1)
+    result, run = optimize_layers(g, layers, cost, rules, Options(extract="ocf+switch"))
+    assert result.improved and not run.whole
+    before = sorted(n.attr["onnx"] for n in g.nodes if n.op == "opaque")
+    after = sorted(n.attr["onnx"] for n in result.optimized.nodes if n.op == "opaque")
+    assert len(before) == 6 and after == before
+    assert check_copies(run, imp.weights).ok
 
 
 def test_the_canonical_form_ignores_weight_values_and_names_not_their_sharing():

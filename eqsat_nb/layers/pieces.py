@@ -68,8 +68,7 @@ class GraphIndex:
                                if not self.is_const_node(i)]
 
     def is_const_node(self, i: int) -> bool:
-        return self.graph.nodes[i].results[0] in self.const if self.graph.nodes[i].results \
-            else False
+        return self.graph.nodes[i].results[0] in self.const
 
     def producer_node(self, value: str) -> int | None:
         p = self.producer.get(value)
