@@ -24,7 +24,7 @@ from eqsat_nb.cost.select import make_cost_model
 from eqsat_nb.ir.graph import Graph
 from eqsat_nb.layers import find_layers, optimize_layers, optimize_model
 from eqsat_nb.layers.assemble import assemble, for_copy
-from eqsat_nb.layers.border import crosses
+from eqsat_nb.layers.border import saturate_pair
 from eqsat_nb.layers.check import check_copies
 from eqsat_nb.layers.pieces import GraphIndex, make_piece, piece_graph
 from eqsat_nb.onnx_io import import_onnx
@@ -417,6 +417,42 @@ def test_auto_optimizes_a_few_small_layers_as_one_graph(tmp_path, capsys):
     assert r["verification"]["status"] == "verified"
 
 
+def mlp_stack(layers: int):
+    """`layers` residual MLP blocks (Linear, exact GELU, Linear, residual Add, LayerNorm, and a
+    double negation the IR keeps opaque), per-block weights: few rewrites apply."""
+    n = _Encoder("f32", 0)
+    x = "hidden_states"
+    for k in range(layers):
+        s, p = f"/layer.{k}", f"layer.{k}"
+        h = n.linear(x, f"{s}/fc1", f"{p}.fc1", H, FF)
+        erf = n.op(s, "Erf", [n.op(s, "Div", [h, n.const(s, np.sqrt(2), np.float32)])])
+        g = n.op(s, "Mul", [n.op(s, "Mul", [h, n.op(s, "Add", [
+            erf, n.const(s, 1.0, np.float32)])]), n.const(s, 0.5, np.float32)])
+        y = n.op(s, "Neg", [n.op(s, "Neg", [n.linear(g, f"{s}/fc2", f"{p}.fc2", FF, H)])])
+        x = n.layernorm(n.op(s, "Add", [y, x]), f"{s}/norm", f"{p}.norm", 1e-5)
+    n.nodes[-1].output[0] = "y"
+    g = helper.make_graph(n.nodes, "mlp", [
+        helper.make_tensor_value_info("hidden_states", n.elem, [1, S, H])],
+        [helper.make_tensor_value_info("y", n.elem, [1, S, H])], initializer=n.inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_auto_optimizes_many_layers_with_small_e_graphs_as_one_graph():
+    """Eight small blocks: by layers would optimize a quarter of the nodes, but the whole
+    graph's e-graph would be small (estimated from the border test's pair), so one search is
+    as fast as the start-ups of several; auto says so, --layers on optimizes by layers, and
+    both find the same graph."""
+    imp, rules, cost = _setup(mlp_stack(8))
+    options = Options(extract="ocf+switch")
+    auto, how = optimize_model(imp.graph, cost, rules, options, "auto")
+    assert how is None and auto.layers.whole.startswith("its e-graph would be small")
+    on, how = optimize_model(imp.graph, cost, rules, options, "on")
+    assert how is not None and not how.whole and how.layers.count == 8
+    assert on.cost_after == pytest.approx(auto.cost_after, rel=1e-9)
+
+
 def test_a_rewrite_across_the_border_of_two_layers_sends_the_graph_whole():
     """TENSAT's BERT: a layer's last matmul feeds the next layer's Q/K/V with nothing between,
     so multiplying the weights first (a rewrite across the border) saves a fifth; optimizing
@@ -432,8 +468,9 @@ def test_a_rewrite_across_the_border_of_two_layers_sends_the_graph_whole():
     assert (layers.count, layers.distinct) == (8, 1)
     (_, first), (_, second) = layers.chain[:2]
     pair = piece_graph(layers.index, make_piece(layers.index, first.act + second.act), "pair")
-    assert crosses(pair, first.values(g), second.values(g),
-                   [v for v in first.outputs if v in second.inputs], rules, Limits())
+    assert saturate_pair(pair, first.values(g), second.values(g),
+                         [v for v in first.outputs if v in second.inputs], rules,
+                         Limits()).crossed
     options = Options(extract="ocf+switch")
     result, run = optimize_layers(g, layers, cost, rules, options)
     assert run.whole and not run.borders[-1].passed

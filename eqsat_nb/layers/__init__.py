@@ -13,11 +13,15 @@ from .detect import Layers, find_layers
 from .repeat import LayerRun, optimize_layers, work_share
 
 MODES = ("auto", "on", "off")
-# "auto" optimizes by layers when that optimizes at most this share of the graph's nodes: each
-# graph optimized costs a start-up (the ILP worker, about a second) that the searches saved must
-# pay for; a 4-layer Llama (0.76 of its nodes with the border test) took 2.6 s by layers against
-# 1.8 s whole, BERT-base's 12 layers (0.26) 2.3 s against 8.7 s
+# "auto" optimizes by layers when that optimizes at most MAX_WORK_SHARE of the graph's nodes
+# (each class once, each border test as one layer, the rest) and the whole graph's saturated
+# e-graph would have at least MIN_WHOLE_EGRAPH nodes (estimated from the border test's two
+# layers). Each graph optimized has a start-up of about a second (rules compiled against its
+# e-graph, an ILP worker), which the smaller e-graphs must pay for: BERT-base's 12 layers (an
+# e-graph of 35 759 nodes whole, 3 127 for one layer) optimized in 4.1-5.2 s by layers against
+# 5.2-7.0 s whole; a 16-layer small Llama (3 653 nodes whole) in 3.9-4.0 s against 1.6-2.3 s
 MAX_WORK_SHARE = 0.5
+MIN_WHOLE_EGRAPH = 10_000
 
 __all__ = ["MODES", "LayerRun", "Layers", "find_layers", "optimize_layers", "optimize_model"]
 
@@ -29,9 +33,9 @@ def optimize_model(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
                    ) -> tuple[Result, LayerRun | None]:
     """`optimize`, one layer class at a time where the graph repeats layers and as one graph
     otherwise: the result and, when optimized by layers, how (None otherwise). `layers`: "on"
-    whenever the graph repeats layers, "auto" when that also optimizes at most MAX_WORK_SHARE of
-    its nodes, "off" never. When layers were found but the graph was optimized as one (too
-    small a saving, or a border test failed), `result.layers` says so."""
+    whenever the graph repeats layers, "auto" where that also pays (MAX_WORK_SHARE,
+    MIN_WHOLE_EGRAPH), "off" never. When layers were found but the graph was optimized as one
+    (too small a saving, or a border test failed), `result.layers` says so."""
     from ..optimize import optimize      # looked up at call time, as run.py always did
 
     if layers not in MODES:
@@ -48,5 +52,5 @@ def optimize_model(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
             f"the searches' start-ups; --layers on optimizes it by layers"))
         return result, None
     result, run = optimize_layers(graph, found, cost_model, rules, options, on_iteration,
-                                  on_decision)
+                                  on_decision, MIN_WHOLE_EGRAPH if layers == "auto" else 0)
     return result, None if run.whole else run

@@ -11,11 +11,14 @@ the joint e-graph holds computes the second layer from the first layer's outputs
 the layers optimized apart do.
 
 The mark is necessary, not sufficient: reassociating a residual Add across the border leaves
-one and gains nothing. `crosses` only says whether to look closer (repeat.py then extracts the
-pair jointly and compares costs).
+one and gains nothing. `saturate_pair` only says whether to look closer (repeat.py then
+extracts the pair jointly and compares costs), and how large the saturated e-graph of two
+layers is (how large the whole graph's would be).
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..egraph.convert import graph_to_egraph
@@ -26,11 +29,21 @@ from ..search.saturate import saturate
 from .pieces import expression_keys
 
 
-def crosses(pair: Graph, first: Iterable[str], second: Iterable[str], border: Iterable[str],
-            rules: Sequence[Rule], limits: Limits) -> bool:
-    """Whether saturating `pair` (two consecutive layers as one graph) with `rules` leaves a
-    rewrite reaching across their border (module doc). `first` and `second` are the values each
+@dataclass(frozen=True)
+class Saturated:
+    """Two consecutive layers saturated together."""
+
+    crossed: bool               # a rewrite reaches across their border (module doc)
+    nodes: int                  # the e-graph's size when the search stopped
+    seconds: float
+
+
+def saturate_pair(pair: Graph, first: Iterable[str], second: Iterable[str],
+                  border: Iterable[str], rules: Sequence[Rule], limits: Limits) -> Saturated:
+    """Saturate `pair` (two consecutive layers as one graph) with `rules` and say whether a
+    rewrite reaches across their border (module doc). `first` and `second` are the values each
     layer defines (constants included), `border` the first's values that the second reads."""
+    t = time.perf_counter()
     eg = graph_to_egraph(pair)
     classes = _value_classes(pair, eg)
     first, second, border = set(first), set(second), set(border)
@@ -45,9 +58,9 @@ def crosses(pair: Graph, first: Iterable[str], second: Iterable[str], border: It
     a = {eg.find(c) for c in a0}
     b = {eg.find(c) for c in b0}
     stop = {eg.find(c) for c in fixed}
-    if (a & b) - stop:
-        return True                         # a class of one layer merged with the other's
-    return _reaches(eg, b - stop, a - stop, stop) or _reaches(eg, a - stop, b - stop, stop)
+    crossed = bool((a & b) - stop) or (     # a class of one layer merged with the other's
+        _reaches(eg, b - stop, a - stop, stop) or _reaches(eg, a - stop, b - stop, stop))
+    return Saturated(crossed, eg.num_nodes, time.perf_counter() - t)
 
 
 def _value_classes(graph: Graph, eg) -> dict[str, int]:

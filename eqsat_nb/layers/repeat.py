@@ -39,9 +39,9 @@ from ..ir.graph import Graph
 from ..optimize import Options, Result, optimize
 from ..rules.pattern import Rule
 from .assemble import assemble, for_copy
-from .border import crosses
+from .border import saturate_pair
 from .detect import Layers
-from .pieces import Piece, make_piece, piece_graph
+from .pieces import GraphIndex, Piece, make_piece, piece_graph
 
 # a pair optimized together must be cheaper than apart by more than this share to fail the
 # border test: the ILP's own gap (an answer within it of the optimum is the extractor's answer;
@@ -123,9 +123,16 @@ class LayerRun:
 def optimize_layers(graph: Graph, layers: Layers, cost_model: CostModel, rules: Sequence[Rule],
                     options: Options = Options(),
                     on_iteration: Callable[..., None] | None = None,
-                    on_decision: Callable[..., None] | None = None) -> tuple[Result, LayerRun]:
-    """Optimize `graph` class by class (see the module doc): the combined Result and how. When
-    a border test fails, the Result is `optimize(graph)`'s, and the LayerRun says why."""
+                    on_decision: Callable[..., None] | None = None,
+                    min_egraph: int = 0) -> tuple[Result, LayerRun]:
+    """Optimize `graph` class by class (see the module doc): the combined Result and how.
+    `min_egraph`: optimize the graph as one when its saturated e-graph would have fewer nodes
+    (estimated from two layers saturated together, times half the number of layers), as that is
+    as fast as the start-ups of the several graphs optimized by layers. When the graph was
+    optimized as one (that, or a failed border test), the Result is `optimize(graph)`'s and the
+    LayerRun says why."""
+    started = time.perf_counter()
+    _prestart_ilp(options)
     ix = layers.index
     progress = dict(on_iteration=on_iteration, on_decision=on_decision)
     classes = [(f"layer class {k + 1}", c.copies) for k, c in enumerate(layers.classes)]
@@ -133,11 +140,12 @@ def optimize_layers(graph: Graph, layers: Layers, cost_model: CostModel, rules: 
     pairs = _border_pairs(layers)
     # each graph's share of the time: its nodes; a border test's as one layer's (its pair is
     # saturated, and optimized only where a rewrite reaches across)
-    sizes = ([len(copies[0].act) for _, copies in classes]
-             + [max(len(a.act), len(b.act)) for _, a, b in pairs]
+    sizes = ([max(len(a.act), len(b.act)) for _, a, b in pairs]
+             + [len(copies[0].act) for _, copies in classes]
              + [len(copies[0].act) for _, copies in rest])
     taken = set(graph.types())
     runs: list[PieceRun] = []
+    how = LayerRun(layers, runs)
     done = 0
 
     def next_options() -> Options:
@@ -147,32 +155,48 @@ def optimize_layers(graph: Graph, layers: Layers, cost_model: CostModel, rules: 
         return opts
 
     def run_one(g: Graph) -> Result:
-        return optimize(g, cost_model, rules, next_options(), **progress)
+        res = optimize(g, cost_model, rules, next_options(), **progress)
+        _prestart_ilp(options)
+        return res
 
-    for name, copies in classes:
-        runs.append(_repeat(graph, ix, name, "class", copies, run_one, taken))
-    how = LayerRun(layers, runs)
+    def whole(why: str) -> tuple[Result, LayerRun]:
+        how.whole = why
+        tried = time.perf_counter() - started
+        result = optimize(graph, cost_model, rules, options, **progress)
+        result.times = {"layers_tried": tried, **result.times}
+        result.layers = how
+        return result, how
+
+    saturated = []
     for (a, b), first, second in pairs:
         g = piece_graph(ix, make_piece(ix, first.act + second.act), f"{graph.name}.border")
-        t = time.perf_counter()
-        opts = next_options()
         border = [v for v in first.outputs if v in set(second.inputs)]
-        if not crosses(g, first.values(graph), second.values(graph), border, rules,
-                       _search_limits(opts)):
-            how.borders.append(BorderTest((a + 1, b + 1), time.perf_counter() - t))
+        sat = saturate_pair(g, first.values(graph), second.values(graph), border, rules,
+                            _search_limits(next_options()))
+        saturated.append((g, sat))
+    estimate = sum(sat.nodes for _, sat in saturated) / max(len(saturated), 1) / 2 * layers.count
+    if estimate < min_egraph:
+        return whole(f"its e-graph would be small (about {estimate:.0f} nodes, from two layers "
+                     f"saturated together): the start-ups of the graphs optimized by layers "
+                     f"would cost more than they save; --layers on optimizes it by layers")
+    for name, copies in classes:
+        runs.append(_repeat(graph, ix, name, "class", copies, run_one, taken))
+    for ((a, b), first, second), (g, sat) in zip(pairs, saturated):
+        if not sat.crossed:
+            how.borders.append(BorderTest((a + 1, b + 1), sat.seconds))
             continue
-        res = optimize(g, cost_model, rules, opts, **progress)
+        t = time.perf_counter()       # the pair's share of the time: two layers' nodes
+        pair_nodes = len(first.act) + len(second.act)
+        res = optimize(g, cost_model, rules, _share(options, pair_nodes / (
+            pair_nodes + sum(sizes[done:]))), **progress)
         apart = assemble(g, [(_rewritten(runs[a], first), first),
                              (_rewritten(runs[b], second), second)])
         gap = options.ilp_gap / 100 if options.extract == "ilp" else 0.0
-        how.borders.append(BorderTest((a + 1, b + 1), time.perf_counter() - t, res.cost_after,
-                                      graph_cost(cost_model, apart),
+        how.borders.append(BorderTest((a + 1, b + 1), sat.seconds + time.perf_counter() - t,
+                                      res.cost_after, graph_cost(cost_model, apart),
                                       max(gap, BOUNDARY_TOLERANCE)))
         if not how.borders[-1].passed:
-            how.whole = f"rewrites cross the layers' borders ({how.borders[-1].describe()})"
-            result = optimize(graph, cost_model, rules, options, **progress)
-            result.layers = how
-            return result, how
+            return whole(f"rewrites cross the layers' borders ({how.borders[-1].describe()})")
     for name, copies in rest:
         runs.append(_repeat(graph, ix, name, "rest", copies, run_one, taken))
     parts = [(opt, copy) for r in runs for opt, copy in zip(r.optimized, r.copies)]
@@ -184,7 +208,7 @@ def optimize_layers(graph: Graph, layers: Layers, cost_model: CostModel, rules: 
     return result, how
 
 
-def _repeat(graph: Graph, ix, name: str, kind: str, copies: tuple[Piece, ...],
+def _repeat(graph: Graph, ix: GraphIndex, name: str, kind: str, copies: tuple[Piece, ...],
             run_one: Callable[[Graph], Result], taken: set[str]) -> PieceRun:
     """Optimize the representative `copies[0]` and carry the rewrite over to every copy."""
     rep = copies[0]
@@ -224,6 +248,15 @@ def work_share(layers: Layers) -> float:
 def _rest_name(level: int) -> str:
     return ("rest of the graph before the layers" if level == 0 else
             f"rest of the graph after layer {level}")
+
+
+def _prestart_ilp(options: Options) -> None:
+    """Start the next graph's ILP worker now (its imports take 0.3-1 s), so that it is ready when
+    that graph's extraction begins: `optimize` starts one before its search, which for a small
+    graph is shorter than the start-up."""
+    if options.extract == "ilp" and options.search == "saturate":
+        from ..extract.ilp import worker
+        worker.prestart()
 
 
 def _search_limits(options: Options):
