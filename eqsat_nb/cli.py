@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     _watch_ctrl_c()
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)     # what records name
         return args.func(args)
     except TirError as e:
         print(e, file=sys.stderr)

@@ -52,6 +52,7 @@ class Options:
     budget: Budget | None = None            # the command's time budget (None: only the limits)
     reserve: float = 0.0                    # seconds of the budget kept for after optimize()
     search_share: float = 0.5               # of the budget left (less reserve) when search starts
+    alternatives: bool = False              # also extract with the cheaper extractors
 
 
 @dataclass
@@ -70,6 +71,10 @@ class Result:
     improved: bool = True         # False: the original was kept
     rules_banned: dict[str, int] = field(default_factory=dict)   # saturate: bans per rule
     changes: list = field(default_factory=list)   # cost.explain.Change, largest saving first
+    # Options.alternatives: (extractor, graph) of the other extractors' answers, for a choice
+    # confirmed end to end (confirm.py)
+    alternatives: list = field(default_factory=list)
+    confirmed: str = ""           # how the choice was confirmed end to end (confirm.py), if it was
     layers: Any = None            # layers.LayerRun when optimized one layer class at a time
 
     @property
@@ -100,19 +105,12 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
     t = time.perf_counter()
     if options.search == "saturate":
         report = saturate(eg, rules, options.limits, progress=on_iteration)
-        iterations, stop, fired = len(report.iterations), report.stop_reason, report.applied
-        banned = report.banned
         times["search"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        costs = cost_model.egraph_costs(eg)
-        problem = from_egraph(eg, costs)
-        times["costs"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        choice, how = _extract(problem, options)
-        nodes = egraph_choice(problem, choice, eg.num_nodes)
-        times["extract"] = time.perf_counter() - t
+        res = extract_saturated(eg, graph, cost_model, options)
+        res.times = {**times, **res.times}
+        res.iterations, res.stop_reason = len(report.iterations), report.stop_reason
+        res.rules_fired, res.rules_banned = report.applied, report.banned
+        return res
     else:          # MCTS prices, searches and extracts (ocf during search, its final extractor)
         from .search.mcts import MctsOptions, mcts_optimize
         mopts = options.mcts if options.mcts is not None else MctsOptions()
@@ -129,6 +127,38 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
         times["search"] = report.search_seconds
         times["extract"] = report.extract_seconds
         nodes = report.choice
+    return _result(eg, graph, nodes, cost_model, how, times, iterations, stop, fired, banned)
+
+
+def extract_saturated(eg: Any, graph: Graph, cost_model: CostModel,
+                      options: Options = Options()) -> Result:
+    """Price the searched e-graph `eg` of `graph` with `cost_model` and extract from it
+    (`options.extract`, its ILP limits): what `optimize` does after saturating, so that one
+    saturated e-graph can be priced by several cost models (tools/gpu_truth.py extracts each
+    model in four precisions from one saturation). `eg` is read, not changed. The search's
+    figures (iterations, stop reason, rules fired) are left empty."""
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+    costs = cost_model.egraph_costs(eg)
+    problem = from_egraph(eg, costs)
+    times["costs"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    choice, how = _extract(problem, options)
+    nodes = egraph_choice(problem, choice, eg.num_nodes)
+    alternatives = [(label, egraph_to_graph(eg, egraph_choice(problem, c, eg.num_nodes),
+                                            name=graph.name))
+                    for label, c in _alternatives(problem, options)]
+    times["extract"] = time.perf_counter() - t
+    res = _result(eg, graph, nodes, cost_model, how, times, 0, "", {}, {})
+    res.alternatives = alternatives
+    return res
+
+
+def _result(eg: Any, graph: Graph, nodes: Any, cost_model: CostModel, how: str,
+            times: dict[str, float], iterations: int, stop: str, fired: dict[str, int],
+            banned: dict[str, int]) -> Result:
+    """The `Result` of extracting `nodes` from `eg`: the original kept unless it is cheaper."""
     optimized = egraph_to_graph(eg, nodes, name=graph.name) if nodes is not None else graph
 
     before, after = graph_cost(cost_model, graph), graph_cost(cost_model, optimized)
@@ -142,6 +172,17 @@ def optimize(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
     return Result(graph, optimized, before, after, eg.num_nodes, eg.num_classes, iterations,
                   stop, how if improved else f"{how}; no cheaper graph, original kept", fired,
                   times, improved, banned, changes)
+
+
+def _alternatives(problem, options: Options) -> list[tuple[str, np.ndarray]]:
+    """With `options.alternatives`, the choices of the extractors cheaper than the one asked
+    for (ocf+switch, ocf, greedy): graphs a cost model ranks close that an end-to-end
+    measurement may order otherwise."""
+    if not options.alternatives:
+        return []
+    order = ("ilp", "ocf+switch", "ocf", "greedy")
+    below = order[order.index(options.extract) + 1:] if options.extract in order else ()
+    return [(label, _extract(problem, replace(options, extract=label))[0]) for label in below]
 
 
 def _with_search_budget(options: Options) -> Options:

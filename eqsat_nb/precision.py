@@ -28,6 +28,9 @@ HALF = ("fp16", "bf16")
 ONNX_FLOATS = {1: "fp32", 10: "fp16", 11: "fp64", 16: "bf16"}
 #: IR element types of the floats
 IR_FLOATS = {"f32": "fp32", "f16": "fp16", "f64": "fp64", "bf16": "bf16"}
+#: the IR element type a float tensor has when a model runs in each precision (tf32 is f32
+#: storage; only the GEMMs round differently)
+IR_TYPE = {"fp32": "f32", "tf32": "f32", "fp16": "f16", "bf16": "bf16", "fp64": "f64"}
 
 #: bytes a float element takes in memory in each precision
 BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp64": 8}

@@ -1,7 +1,6 @@
 """Helpers shared by the benchmark modules in `perf/` (fixtures and tiers: `conftest.py`)."""
 from __future__ import annotations
 
-import os
 import platform
 import time
 from dataclasses import dataclass
@@ -62,46 +61,12 @@ def saturated_egraph(model: str) -> Any:
 
 # ------------------------------------------------------------------ machine description
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _ram_gib() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return None
-
-
-def _version(dist: str) -> str | None:
-    from importlib import metadata
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def machine_description() -> dict[str, Any]:
     """What a timing depends on: CPU, usable cores, RAM, load, library versions, date."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        load = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        load = None
-    return {"cpu_model": _cpu_model(), "usable_cores": cores, "ram_gib": _ram_gib(),
-            "loadavg_at_start": load, "python": platform.python_version(),
-            "numba": _version("numba"), "numpy": _version("numpy"),
-            "pytest_benchmark": _version("pytest-benchmark"), "egglog": _version("egglog"),
-            "highspy": _version("highspy"), "date": time.strftime("%Y-%m-%d")}
+    from eqsat_nb.provenance import cpu_model, load_average, ram_gib, usable_cores, version
+
+    return {"cpu_model": cpu_model(), "usable_cores": usable_cores(), "ram_gib": ram_gib(),
+            "loadavg_at_start": load_average(), "python": platform.python_version(),
+            "numba": version("numba"), "numpy": version("numpy"),
+            "pytest_benchmark": version("pytest-benchmark"), "egglog": version("egglog"),
+            "highspy": version("highspy"), "date": time.strftime("%Y-%m-%d")}

@@ -123,9 +123,9 @@ def test_gpu_truth_plan_counts_configurations_without_torch(capsys):
     assert mod.main(["tiny_mlp", "tiny_conv", "--plan", "--out", "unused"]) == 0
     out = capsys.readouterr().out
     from eqsat_nb.rules.parse import load_rules
-    graph = mod.load_models(["tiny_mlp"])[0]["graph"]
-    _, info = mod.saturated_signatures(graph, load_rules(None))   # the plan's own e-graph
-    assert f"tiny_mlp: {info['egraph_nodes']} e-graph nodes" in out
+    m = mod.load_model("tiny_mlp")
+    mod.saturate_model(m, load_rules(None))                    # the plan's own e-graph
+    assert f"tiny_mlp: {m['nodes']} nodes, {m['egraph_nodes']} e-graph nodes" in out
     assert "distinct configurations" in out
     assert mod.table_name("NVIDIA H100 80GB HBM3") == "h100-measured"
     assert mod.table_name("NVIDIA H200") == "h200-measured"

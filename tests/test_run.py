@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,28 @@ def test_ocf_switch_extractor_is_ocf_improved_and_repeatable(rules):
     assert verify_graphs(graph, first.optimized).ok
 
 
+def test_one_saturation_extracted_with_several_cost_models(rules):
+    """`extract_saturated` on one saturated e-graph gives, per cost model, what `optimize`
+    gives with that model (ocf+switch: no solver, deterministic), and leaves the e-graph as
+    it was."""
+    from eqsat_nb.egraph.convert import graph_to_egraph
+    from eqsat_nb.optimize import extract_saturated
+    from eqsat_nb.search.saturate import Limits, saturate
+    graph = load(EXAMPLES / "nasrnn.tir")
+    eg = graph_to_egraph(graph)
+    saturate(eg, rules, Limits())
+    nodes = eg.num_nodes
+    opts = Options(extract="ocf+switch")
+    for cost in (AnalyticCostModel("a100"), AnalyticCostModel("cpu"),
+                 AnalyticCostModel("h100", "bf16")):
+        got = extract_saturated(eg, graph, cost, opts)
+        want = optimize(graph, cost, rules, opts)
+        assert got.optimized == want.optimized and got.cost_after == want.cost_after
+        assert got.cost_before == want.cost_before and got.extraction == want.extraction
+        assert eg.num_nodes == nodes
+    assert got.improved and got.speedup_pct > 0
+
+
 def test_compare_tolerance():
     ref = np.array([1000.0, 1e-6, -3.0])
     ok = compare([ref], [ref + np.array([0.05, 0.005, 0.0])], ["y"])[0]
@@ -176,6 +199,19 @@ def test_bench_prints_the_table_with_published_numbers(capsys):
     assert "paper TENSAT %" in out and "paper MCTS %" in out
     nas = next(line for line in out.splitlines() if line.startswith("| nasrnn"))
     assert "68.9" in nas and "41.2" in nas
+
+
+def test_bench_json_is_a_record_naming_its_command_machine_and_versions(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = ["bench", str(EXAMPLES / "tiny_conv.tir"), "--device", "a100", "-q", "--extract",
+            "ocf", "--no-verify", "--json", str(out)]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["command"] == shlex.join(["eqsat-nb", *argv])
+    assert doc["machine"]["cpu_model"] and doc["machine"]["usable_cores"] >= 1
+    assert doc["versions"]["numba"] and doc["versions"]["eqsat-nb"]
+    assert doc["cost_model"].startswith("analytic a100")
+    assert [r["model"] for r in doc["rows"]] == ["tiny_conv"]
 
 
 def test_bench_unknown_model_is_a_clear_error(capsys):

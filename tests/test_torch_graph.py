@@ -138,27 +138,71 @@ def test_torch_cost_model_options():
     assert m._repeats(1e-3) == 7
 
 
-def test_gpu_truth_dry_run_writes_a_loadable_table_and_the_report(tmp_path, capsys):
+def test_gpu_truth_dry_run_writes_a_table_per_precision_and_the_report(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("gpu_truth", ROOT / "tools" / "gpu_truth.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp_path / "out"
     assert mod.main(["tiny_mlp", "tiny_conv", "--device-kind", "cpu", "--out", str(out),
-                     "--budget", "60", "--ilp-time-limit", "2", "--rounds", "3",
-                     "--eager-rounds", "3", "--target-s", "0.005"]) == 0
+                     "--budget", "90", "--ilp-time-limit", "2", "--rounds", "3",
+                     "--target-s", "0.005", "--precisions", "fp32,tf32,bf16",
+                     "--no-compile"]) == 0
     printed = capsys.readouterr().out
     assert "| tiny_mlp |" in printed and "| matmul |" in printed
+    assert "torch.compile (--no-compile)" in printed
     doc = json.loads((out / "gpu_truth.json").read_text())
-    assert doc["table"]["measured"] == doc["table"]["configs"] > 5
+    assert list(doc["tables"]) == ["fp32", "tf32", "bf16"]
+    t = doc["tables"]
+    assert t["fp32"]["measured"] == t["fp32"]["configs"] > 5
+    assert t["tf32"]["measured"] + t["tf32"]["reused"] == t["tf32"]["configs"]
     assert [r["name"] for r in doc["models"]] == ["tiny_mlp", "tiny_conv"]
     for r in doc["models"]:
-        e = r["e2e"]
-        assert e["original"]["eager_us"] > 0 and e["analytic"]["rel_error"] < 1e-5
-        assert r["table_misses"] == 0 and r["sum_measured_us"] > 0
+        assert set(r["est"]) == {"fp32", "tf32", "bf16"}
+        assert r["est"]["bf16"]["misses"] == 0
+        asis = r["e2e"]["asis"]
+        assert asis["check"]["ok"] and asis["original"]["us"] > 0
+        assert 1e-4 < asis["check"]["rel_error"]["original"] < 0.05       # bf16 rounding
+        assert set(r["kinds"]["asis"]) == {"matmul", "conv2d", "other"}
     from eqsat_nb.cost.table import load_table
-    table = load_table(out / "cpu-torch-measured.json")
-    assert len(table) == doc["table"]["measured"] and table.base_profile == "cpu"
+    for p, name, dtype in (("fp32", "cpu-torch-measured", "f32"),
+                           ("tf32", "cpu-torch-measured-tf32", "f32"),
+                           ("bf16", "cpu-torch-measured-bf16", "bf16")):
+        table = load_table(out / f"{name}.json")
+        assert table.precision == p and table.base_profile == "cpu"
+        assert {o[1] for row in table.rows for o in row["operands"]} == {dtype}
     assert (out / "gpu_truth.md").read_text().startswith("Device: cpu")
+
+
+def test_a_graph_runs_in_bf16_on_bf16_leaves():
+    from eqsat_nb.cost.torch_graph import Leaves, TorchGraph, relative_error
+    from eqsat_nb.ir.parse import load
+    g = load(EXAMPLES / "tiny_conv.tir")
+    ref = TorchGraph(g, Leaves("cpu", float_type="f32")).outputs()
+    leaves = Leaves("cpu", float_type="bf16")
+    tg = TorchGraph(g, leaves)
+    assert {t.dtype for t in leaves.tensors.values()} == {leaves.torch.bfloat16}
+    with leaves.torch.inference_mode():
+        assert {o.dtype for o in tg.run()} == {leaves.torch.bfloat16}
+    err = relative_error(ref, tg.outputs())
+    assert 1e-4 < err < 0.05                    # bf16's rounding, not a wrong result
+
+
+def test_a_compiled_graph_computes_what_the_graph_does():
+    """torch.compile (Inductor's C++ backend on the CPU: needs a C compiler) of a small graph:
+    the same outputs, a compile time, timed like the eager graph."""
+    import shutil
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler for Inductor's CPU backend")
+    from eqsat_nb.cost.torch_graph import Leaves, TorchGraph, relative_error, time_alternately
+    from eqsat_nb.ir.parse import load
+    g = load(EXAMPLES / "tiny_mlp.tir")
+    tg = TorchGraph(g, Leaves("cpu"))
+    cg = tg.compiled()
+    assert cg.compile() > 0 and set(cg.cache) == {"hit", "miss"}
+    assert relative_error(tg.outputs(), cg.outputs()) < 1e-5
+    samples = time_alternately([tg, cg], "loop", rounds=3, budget_s=5)
+    assert [len(s) for s in samples] == [3, 3] and all(x > 0 for s in samples for x in s)
+    cg.release()
 
 
 def test_opaque_zoo_cnn_operators_match_onnxruntime():

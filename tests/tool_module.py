@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -12,5 +13,6 @@ def load_tool(name: str) -> ModuleType:
     """tools/NAME.py as a module (it is not a package)."""
     spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod         # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod

@@ -3,7 +3,8 @@
     python tools/extract_egraphs.py build [NAME...]          # saturate, price, write perf/data/
     python tools/extract_egraphs.py reference [NAME...] [--time-limit 900] [--jobs 1]
     python tools/extract_egraphs.py list
-    python tools/extract_egraphs.py table RUN.json   # docs/extraction.md's table from a perf run's JSON
+    python tools/extract_egraphs.py table RUN.json [--records OUT.json]
+                                                     # docs/extraction.md's table from a perf run
 
 `build` saturates each benchmark model as `SPECS` says (TENSAT's multi-pattern depth k_multi 2, a
 node limit, the cycle filter on or off), prices every node with the analytic cost model of the
@@ -165,16 +166,33 @@ def merge(old: dict[str, Any] | None, new: dict[str, Any], replace: bool) -> dic
     return out
 
 
-def table(run: dict[str, Any], refs: dict[str, Any]) -> str:
-    """One row per e-graph of a benchmark run: sizes, ocf+switch, the ILP as `optimize` runs it
-    (ilp15) and the time to a good answer (ilp30: answer and the seconds to within 0.5 % of the
-    reference, bound, gap and the seconds to a 1 % proof), the reference."""
+TABLE_FIELDS = ("nodes", "classes", "dag_cost", "status", "seconds", "simplified", "layers",
+                "seconds_to_answer", "bound", "ilp_gap_pct", "seconds_to_proof")
+
+
+def run_rows(run: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per e-graph and method, the fields of a benchmark run's extra_info the table reads
+    (layers as their count): what `table --records` keeps of a run."""
     rows: dict[str, dict[str, Any]] = {}
     for b in run.get("benchmarks", []):
         x = b.get("extra_info", {})
         if "egraph" in x:
-            rows.setdefault(x["egraph"], {})[x["method"]] = x | {"median": b["stats"]["median"]}
+            kept = {k: x[k] for k in TABLE_FIELDS if k in x}
+            if isinstance(kept.get("layers"), list):
+                kept["layers"] = len(kept["layers"])
+            rows.setdefault(x["egraph"], {})[x["method"]] = kept
+    return rows
 
+
+def table(run: dict[str, Any], refs: dict[str, Any]) -> str:
+    """docs/extraction.md's table of a benchmark run (`table_of_rows`)."""
+    return table_of_rows(run_rows(run), refs)
+
+
+def table_of_rows(rows: dict[str, dict[str, dict[str, Any]]], refs: dict[str, Any]) -> str:
+    """One row per e-graph: sizes, ocf+switch, the ILP as `optimize` runs it (ilp15) and the
+    time to a good answer (ilp30: answer and the seconds to within 0.5 % of the reference,
+    bound, gap and the seconds to a 1 % proof), the reference."""
     def sec(v: Any) -> str:
         return "–" if v is None else f"{v:.1f} s"
 
@@ -186,10 +204,11 @@ def table(run: dict[str, Any], refs: dict[str, Any]) -> str:
         sw, i15, i30 = m.get("ocf+switch", {}), m.get("ilp15", {}), m.get("ilp30", {})
         any_ = i30 or i15 or sw
         simp = i30.get("simplified") or i15.get("simplified") or [None, None]
-        layers = i30.get("layers") or i15.get("layers") or []
+        layers = i30.get("layers") or i15.get("layers") or 0
+        layers = len(layers) if isinstance(layers, list) else layers
         out.append(
             f"| {name} | {any_.get('nodes')} / {any_.get('classes')} | {simp[0]}"
-            f"{f' ({len(layers)})' if layers else ''} | "
+            f"{f' ({layers})' if layers else ''} | "
             f"{sw.get('dag_cost', float('nan')):.2f} | "
             f"{i15.get('dag_cost', float('nan')):.2f} ({i15.get('status')}, "
             f"{sec(i15.get('seconds'))}) | "
@@ -198,6 +217,17 @@ def table(run: dict[str, Any], refs: dict[str, Any]) -> str:
             f"({sec(i30.get('seconds_to_proof'))}) | "
             f"{ref.get('best', float('nan')):.2f} ({100 * ref.get('gap', float('nan')):.2f} %) |")
     return "\n".join(out)
+
+
+def records(run: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """A records file of a run for docs/data/: the command, the machine and versions the run
+    names, and `run_rows`."""
+    m = (run.get("machine_info") or {}).get("eqsat_nb") or {}
+    return {"command": "python tools/extract_egraphs.py " + " ".join(argv),
+            "machine": {k: m.get(k) for k in ("cpu_model", "usable_cores", "ram_gib",
+                                              "loadavg_at_start")},
+            "versions": {k: m.get(k) for k in ("python", "numba", "numpy", "highspy")},
+            "egraphs": run_rows(run)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,10 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("table", help="markdown table of a perf/test_extract.py run "
                        "(pytest perf/test_extract.py --full -k reference --benchmark-json=RUN)")
     t.add_argument("run", type=Path)
+    t.add_argument("--records", type=Path, metavar="OUT.json",
+                   help="also write the run's table fields as a records file (docs/data/)")
     args = p.parse_args(argv)
     if args.cmd == "table":
-        print(table(json.loads(args.run.read_text()),
-                    json.loads(REFERENCE.read_text()) if REFERENCE.exists() else {}))
+        run = json.loads(args.run.read_text())
+        print(table(run, json.loads(REFERENCE.read_text()) if REFERENCE.exists() else {}))
+        if args.records:
+            doc = records(run, sys.argv[1:] if argv is None else list(argv))
+            args.records.write_text(json.dumps(doc, indent=1) + "\n")
         return 0
     names = getattr(args, "names", None) or list(SPECS)
     unknown = [n for n in names if n not in SPECS]

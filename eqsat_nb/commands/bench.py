@@ -146,7 +146,9 @@ def bench_command(args: argparse.Namespace) -> int:
                      lambda p: p.write_text(table + "\n" + note + "\n" + ("\n" + why if why
                                                                           else "")))
     if args.json:
-        body = json.dumps({"cost_model": cost_name, "rows": rows}, indent=2) + "\n"
+        from ..provenance import record
+        doc = {**record(getattr(args, "argv", None)), "cost_model": cost_name, "rows": rows}
+        body = json.dumps(doc, indent=2) + "\n"
         write_atomic(args.json, lambda p: p.write_text(body))
     return 0
 

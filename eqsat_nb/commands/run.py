@@ -132,15 +132,21 @@ def options_from_args(args: argparse.Namespace):
         mcts = MctsOptions(**fields)
     ilp = {k: v for k, v in (("ilp_stall", args.ilp_stall), ("ilp_gap", args.ilp_gap))
            if v is not None}
+    from ..confirm import is_device
     return Options(search=args.search, limits=limits, mcts=mcts, extract=args.extract,
-                   ilp_time_limit=args.ilp_time_limit, **ilp)
+                   ilp_time_limit=args.ilp_time_limit,
+                   alternatives=is_device(getattr(args, "device", None)), **ilp)
 
 
 def cost_model_from_args(args: argparse.Namespace, graph: Any = None):
     """The cost model the options name, pricing `graph`'s precision unless --precision says
     another (fp32 for a graph of no floats)."""
+    from ..confirm import is_device, require_device
     from ..cost.select import make_cost_model
     from ..precision import graph_precision
+    if is_device(args.device):      # measured on this machine's GPU, each configuration once
+        require_device(args.device)
+        return make_cost_model("torch", args.device, args.cost_db, progress=not args.quiet)
     precision = getattr(args, "precision", None)
     if precision is None and graph is not None:
         precision = graph_precision(graph.types().values())
@@ -347,6 +353,8 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
             on_iteration=lambda it: bar.update(it.index, f"{it.nodes} nodes, "
                                                          f"{it.classes} classes"),
             on_decision=lambda d: bar.update(d.index, f"{d.action}, {d.nodes} nodes"))
+    if result.alternatives:
+        result = confirm_choice(result, weights, cost_model, args)
     if args.no_verify:
         return result, None
     from ..check_outputs import NotVerified, VerificationStopped, verify_graphs
@@ -384,6 +392,25 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
             f"Nothing was written. Rules that fired: {fired}. Please report this "
             f"(`eqsat-nb verify-rules` checks the rules one by one).", file=args.model)
     return result, check
+
+
+def confirm_choice(result, weights, cost_model, args: argparse.Namespace):
+    """`--device cuda`: the extracted graph, the other extractors' answers and the original run
+    end to end on the GPU (`confirm.confirm`); the fastest measured one becomes the result."""
+    import dataclasses
+
+    from ..confirm import confirm
+    from ..cost.model import graph_cost
+
+    candidates = [("extracted", result.optimized)] if result.improved else []
+    candidates += result.alternatives
+    t = time.perf_counter()
+    chosen, how = confirm(result.original, candidates, weights, args.device)
+    times = {**result.times, "confirm": time.perf_counter() - t}
+    changes = result.changes if chosen is result.optimized else []
+    return dataclasses.replace(result, optimized=chosen, improved=chosen is not result.original,
+                               cost_after=graph_cost(cost_model, chosen), changes=changes,
+                               times=times, confirmed=how.describe())
 
 
 def check_layer_copies(result, weights, args: argparse.Namespace, budget, seeds) -> None:
@@ -495,6 +522,7 @@ def make_report(model: str, result, check, cost_name: str, budget=None) -> dict[
         "extraction": result.extraction,
         "improved": result.improved,
         "changes": [c.as_dict() for c in result.changes],
+        "confirmed": result.confirmed or None,
         "rules_fired": dict(sorted(result.rules_fired.items(), key=lambda kv: (-kv[1], kv[0]))),
         "rules_banned": dict(sorted(result.rules_banned.items())),
         "times_s": result.times,
@@ -563,6 +591,8 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
     changes = r.get("changes") or []
     for line in _why_lines(changes):
         lines.append("  why: " + line)
+    if r.get("confirmed"):
+        lines.append("  " + r["confirmed"])
     fired = r["rules_fired"]
     if fired:
         shown = ", ".join(f"{k} x{v}" for k, v in list(fired.items())[:8])

@@ -27,12 +27,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.ops import OPS, infer_types, normalize_attrs
+from ..precision import IR_TYPE
 from .analytic import FLOAT_TYPES, AnalyticCostModel, profile
 from .db import canonical_json
 from .measured import signature_key
@@ -79,7 +81,7 @@ class CostTable:
         self.device = str(doc.get("device", ""))
         self.base_profile = str(doc.get("base_profile", "h100"))
         self.precision = str(doc.get("precision", "fp32"))
-        self._float = {"fp16": "f16", "bf16": "bf16"}.get(self.precision, "f32")
+        self._float = IR_TYPE.get(self.precision, "f32")
         self.notes = dict(doc.get("notes") or {})
         self.times: dict[tuple[str, str, str], float] = {}
         self.rows = list(doc["rows"])
@@ -96,7 +98,6 @@ class CostTable:
             if o[1] in FLOAT_TYPES:
                 o[1] = self._float
         return self.times.get(_key(sig.op, attrs, operands))
-
 
     def samples(self) -> list[tuple[OpSignature, float]]:
         """Every row as (signature, measured µs): what a profile is fitted to
@@ -116,10 +117,27 @@ class CostTable:
         return out
 
 
-def table_rows(samples: Iterable[tuple[OpSignature, float]]) -> list[dict[str, Any]]:
-    """Table rows for (signature, measured µs) pairs, one per distinct key (the first kept)."""
+def in_precision(sig: OpSignature, precision: str) -> OpSignature:
+    """`sig` with its float operands and results in `precision`'s element type (f16 for fp16,
+    bf16, f32 for fp32 and tf32): the configuration a model deployed in that precision runs,
+    and the key a table of that precision holds it under. Integer and bool tensors keep their
+    types."""
+    want = IR_TYPE[precision]
+
+    def retype(types: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+        return tuple(TensorType(t.shape, want) if t.dtype in FLOAT_TYPES else t for t in types)
+    return replace(sig, inputs=retype(sig.inputs), outputs=retype(sig.outputs))
+
+
+def table_rows(samples: Iterable[tuple[OpSignature, float]], precision: str | None = None
+               ) -> list[dict[str, Any]]:
+    """Table rows for (signature, measured µs) pairs, one per distinct key (the first kept).
+    With `precision`, each signature is keyed with its floats in that precision's type
+    (`in_precision`): the rows of a table of that precision."""
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for sig, us in samples:
+        if precision is not None:
+            sig = in_precision(sig, precision)
         attrs, operands = signature_key(sig.op, sig.attrs, sig.inputs, sig.const_inputs)
         k = _key(sig.op, attrs, operands)
         if k not in rows:

@@ -87,7 +87,10 @@ def set_tf32(torch, on: bool) -> None:
 
 
 def torch_dtype(torch, dtype: str) -> Any:
-    """The torch dtype of an IR element type (f32 -> torch.float32, bool -> torch.bool)."""
+    """The torch dtype of an IR element type (f32 -> torch.float32, bf16 -> torch.bfloat16,
+    bool -> torch.bool)."""
+    if dtype == "bf16":                 # NumPy has no bfloat16
+        return torch.bfloat16
     return torch.bool if dtype == "bool" else getattr(torch, np.dtype(NP_DTYPES[dtype]).name)
 
 
@@ -158,8 +161,13 @@ class TorchCostModel(MeasuredCostModel):
             return device_operands(self.torch, input_types, self.dev, op)
         rng = np.random.default_rng(0)
         positive = OPS[op].positive if op in OPS else ()
-        return [self.torch.as_tensor(random_array(t, rng, positive=i in positive),
-                                     device=self.dev) for i, t in enumerate(input_types)]
+        out = []
+        for i, t in enumerate(input_types):     # bf16: drawn in f32 (NumPy has no bfloat16)
+            drawn = TensorType(t.shape, "f32") if t.dtype == "bf16" else t
+            x = self.torch.as_tensor(random_array(drawn, rng, positive=i in positive),
+                                     device=self.dev)
+            out.append(x.to(self.torch.bfloat16) if t.dtype == "bf16" else x)
+        return out
 
     def _repeats(self, one_s: float) -> int:
         """Timed repetitions for a unit of work taking `one_s` seconds."""

@@ -34,13 +34,16 @@ def optimize_model(graph: Graph, cost_model: CostModel, rules: Sequence[Rule],
     """`optimize`, one layer class at a time where the graph repeats layers and as one graph
     otherwise: the result and, when optimized by layers, how (None otherwise). `layers`: "on"
     whenever the graph repeats layers, "auto" where that also pays (MAX_WORK_SHARE,
-    MIN_WHOLE_EGRAPH), "off" never. When layers were found but the graph was optimized as one
-    (too small a saving, or a border test failed), `result.layers` says so."""
+    MIN_WHOLE_EGRAPH), "off" never; never either where `options.alternatives` asks for the
+    other extractors' answers (whole graphs, confirmed end to end). When layers were found but
+    the graph was optimized as one (too small a saving, or a border test failed),
+    `result.layers` says so."""
     from ..optimize import optimize      # looked up at call time, as run.py always did
 
     if layers not in MODES:
         raise ValueError(f"unknown layers mode {layers!r} (known: {', '.join(MODES)})")
-    found = find_layers(graph) if layers != "off" else None
+    # a choice confirmed end to end on the GPU (Options.alternatives) is among whole graphs
+    found = find_layers(graph) if layers != "off" and not options.alternatives else None
     if not found:
         return optimize(graph, cost_model, rules, options, on_iteration, on_decision), None
     share = work_share(found)

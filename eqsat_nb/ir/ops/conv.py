@@ -317,19 +317,18 @@ def _enlarge_torch(torch: Any, a: dict, ts: list[TensorType]) -> Any:
 
 
 def _merge_torch(torch: Any, a: dict, ts: list[TensorType]) -> Any:
-    from ..opaque import NP_DTYPES
     (w_t,) = ts
     count, groups = a["count"], a["groups"]
     o, cg, kh, kw = w_t.shape
     blocks = (groups // count, count, o // groups, 1, cg, kh, kw)
     out_shape = tuple(_merge([w_t], a)[0].shape)
-    mask_np = np.eye(count, dtype=NP_DTYPES[w_t.dtype]).reshape(1, count, 1, count, 1, 1, 1)
+    mask_np = np.eye(count, dtype=np.float32).reshape(1, count, 1, count, 1, 1, 1)
     cache: dict[Any, Any] = {}
 
     def run(w: Any) -> Any:
         key = (w.device, w.dtype)
-        if key not in cache:
-            cache[key] = torch.as_tensor(mask_np, device=w.device)
+        if key not in cache:            # the mask in the weight's own type (f16, bf16, ...)
+            cache[key] = torch.as_tensor(mask_np, device=w.device).to(w.dtype)
         return (w.reshape(blocks) * cache[key]).reshape(out_shape)
     return run
 
