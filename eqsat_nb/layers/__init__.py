@@ -17,9 +17,11 @@ MODES = ("auto", "on", "off")
 # (each class once, each border test as one layer, the rest) and the whole graph's saturated
 # e-graph would have at least MIN_WHOLE_EGRAPH nodes (estimated from the border test's two
 # layers). Each graph optimized has a start-up of about a second (rules compiled against its
-# e-graph, an ILP worker), which the smaller e-graphs must pay for: BERT-base's 12 layers (an
-# e-graph of 35 759 nodes whole, 3 127 for one layer) optimized in 4.1-5.2 s by layers against
-# 5.2-7.0 s whole; a 16-layer small Llama (3 653 nodes whole) in 3.9-4.0 s against 1.6-2.3 s
+# e-graph, an ILP worker), which the smaller e-graphs must pay for. Measured on the 2-vCPU
+# development machine under load: BERT-base (12 layers; an e-graph of 35 759 nodes whole, 3 172
+# for one layer) optimized in 2.7-5.6 s by layers against 5.2-8.5 s whole; a 1-B Llama (16
+# layers, 3 416 nodes whole) in 2.8 s against 1.9 s, a 16-layer small Llama (3 653 nodes) in
+# 2.8-4.0 s against 1.6-2.3 s
 MAX_WORK_SHARE = 0.5
 MIN_WHOLE_EGRAPH = 10_000
 
