@@ -312,9 +312,11 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
                 seeds: Sequence[int] = (0,), rtol: float = RTOL, atol_rel: float = ATOL_REL
                 ) -> Verification:
     """Run an exported ONNX model in onnxruntime and compare it with the reference interpreter
-    on `original`, same inputs (the exporter keeps the graph's input order)."""
+    on `original`, same inputs (the exporter keeps the graph's input order). onnxruntime's
+    runs stop at the enclosing `stopping.time_limit` (RunStopped)."""
     from .ir.interp import random_tensor
     from .runtime import session
+    from .stopping import run_until
 
     inputs = list(model.graph.input)[:len(original.inputs)]
     if len(inputs) != len(original.inputs):
@@ -326,7 +328,7 @@ def verify_onnx(original: Graph, model: Any, weights: Mapping[str, Any] | None =
     def onnx_outputs(seed: int) -> Sequence[Any]:
         feed = {vi.name: random_tensor(v, ty, seed) for (v, ty), vi in zip(original.inputs,
                                                                            inputs)}
-        return sess.run(None, feed)
+        return run_until(sess, None, feed, what="onnxruntime's run of the exported model")
 
     return _worst_over_seeds(original, env, onnx_outputs, seeds, rtol, atol_rel)
 

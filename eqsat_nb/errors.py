@@ -55,3 +55,28 @@ class ShapeError(TirError):
 
 class VerificationError(TirError):
     """The optimized graph computes something else: a bug in a rule or in the optimizer."""
+
+
+class RunStopped(Exception):
+    """An onnxruntime run of a user's graph was stopped at its deadline (stopping.run_until).
+
+    Not a TirError: it says that a run took too long, not what is wrong with the input; each
+    caller turns it into its own outcome (a located error, "not verified", the input written
+    unchanged) and names the option that raises the limit."""
+
+    def __init__(self, what: str, seconds: float,
+                 node: tuple[str, str] | None = None, started: bool = True) -> None:
+        self.what = what
+        self.seconds = seconds
+        self.node = node            # (name, op type) onnxruntime was running, when it said
+        self.started = started      # False: the deadline had passed before the run began
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if not self.started:
+            return f"{self.what} was not started: the time limit had been reached"
+        where = ""
+        if self.node is not None:
+            name, op = self.node
+            where = f" (in node '{name}' ({op}))" if name else f" (in a {op} node)"
+        return f"{self.what} was stopped at the time limit after {self.seconds:.1f} s{where}"

@@ -349,7 +349,37 @@ INVALID = {
     "weight bytes not matching its dims": (
         lambda: _short_weight(conv()), "tensor 'conv.weight' has dims [8, 4, 3, 3] (1152 "
         "bytes) but holds 1148 bytes"),
+    "input dim of -5": (
+        lambda: _input_dim(conv(), 0, -5), "graph input 'input' declares dimension 0 as -5: "
+        "expected a positive size or a symbolic name (dim_param)"),
+    "eqsat-nb.weights naming a missing initializer": (
+        lambda: _weights_meta(matmul_sum(), [["W1", "W1", "%W1", "%/m1"],
+                                             ["missing", "w2", "%w2", "%/m2"]]),
+        "metadata 'eqsat-nb.weights' (this tool's record of weight names) entry 1 names "
+        "initializer 'missing', which the model has neither as an initializer nor as a graph "
+        "input"),
+    "eqsat-nb.weights giving a value name without '%'": (
+        lambda: _weights_meta(matmul_sum(), [["W1", "W1", "W1", "%/m1"]]),
+        "entry 0 gives 'W1' the value name 'W1', expected '%' and a name"),
+    "eqsat-nb.weights naming an initializer twice": (
+        lambda: _weights_meta(matmul_sum(), [["W1", "a", "%a", "%/m1"],
+                                             ["W1", "b", "%b", "%/m1"]]),
+        "entry 1 names initializer 'W1' a second time"),
 }
+
+
+def _input_dim(m: onnx.ModelProto, axis: int, size: int) -> onnx.ModelProto:
+    d = m.graph.input[0].type.tensor_type.shape.dim[axis]
+    d.Clear()
+    d.dim_value = size
+    return m
+
+
+def _weights_meta(m: onnx.ModelProto, entries: list) -> onnx.ModelProto:
+    """The metadata the exporter writes for weight names (onnx_io/exporter.py WEIGHTS_KEY)."""
+    import json
+    h.set_model_props(m, {"eqsat-nb.weights": json.dumps(entries)})
+    return m
 
 
 def _twice(m: onnx.ModelProto) -> onnx.ModelProto:
@@ -477,3 +507,145 @@ def test_large_model_is_written_with_its_data_beside_it_and_left_unchanged(tmp_p
         external.write_model(str(out), model, force=False)
     sess = runtime.session(model)                  # a session of a large model: same
     assert sess.get_inputs()[0].name == "x" and model.SerializeToString() == before
+
+
+# ------------------------------------------------------------------ runs that never end
+def endless_loop(with_matmuls: bool = False) -> onnx.ModelProto:
+    """A legal model whose Loop adds 1 to a float 2^40 times (days in onnxruntime), its result
+    added to the output; `with_matmuls`: x·W1 + x·W2 beside it, which the rules merge (so an
+    optimized model is spliced, checked and timed)."""
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]),
+         h.make_node("Add", ["v_in", "one"], ["v_out"])], "body",
+        [h.make_tensor_value_info("i", T.INT64, []),
+         h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("v_in", T.FLOAT, [1])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []),
+         h.make_tensor_value_info("v_out", T.FLOAT, [1])],
+        [nh.from_array(np.array([1.0], np.float32), "one")])
+    nodes = [h.make_node("Loop", ["trips", "cond", "v0"], ["/loop"], name="/Loop", body=body)]
+    inits = [nh.from_array(np.array(2**40, np.int64), "trips"),
+             nh.from_array(np.array(True), "cond"),
+             nh.from_array(np.array([0.0], np.float32), "v0")]
+    if with_matmuls:
+        nodes += [h.make_node("MatMul", ["x", "W1"], ["/m1"], name="/m1/MatMul"),
+                  h.make_node("MatMul", ["x", "W2"], ["/m2"], name="/m2/MatMul"),
+                  h.make_node("Add", ["/m1", "/m2"], ["/s"], name="/Add")]
+        inits += [_w("W1", [64, 64]), _w("W2", [64, 64])]
+    else:
+        nodes.append(h.make_node("Mul", ["x", "x"], ["/s"], name="/Mul"))
+    nodes.append(h.make_node("Add", ["/s", "/loop"], ["y"], name="/Add2"))
+    m = _model(nodes, [_x((2, 64), name="x")], [h.make_tensor_value_info("y", T.FLOAT, [2, 64])],
+               inits)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _timed_run(tmp_path: Path, model: onnx.ModelProto, limit: float, *extra: str
+               ) -> tuple[int, float]:
+    """(exit code, wall seconds less Numba compilation, which --time-limit does not count)."""
+    import time
+
+    from eqsat_nb.search.limits import compile_seconds
+    t, c = time.perf_counter(), compile_seconds()
+    code = run(tmp_path, model, "out/o.onnx", "--time-limit", f"{limit:g}", *extra)
+    return code, time.perf_counter() - t - (compile_seconds() - c)
+
+
+def test_loop_of_2_40_trips_stops_at_the_time_limit(tmp_path, capsys):
+    """The import's test run in onnxruntime is stopped at --time-limit: a located error naming
+    the run, the node and the option, and nothing written."""
+    code, took = _timed_run(tmp_path, endless_loop(), 3)
+    err = error_of(capsys)
+    assert code == 1, err
+    assert (f"{tmp_path / 'in' / 'm.onnx'}: error: onnxruntime's test run of the input model "
+            f"was stopped at the time limit after ") in err, err
+    assert ("s (in node '/Loop' (Loop)); nothing was written. A larger --time-limit (now 3 s) "
+            "leaves it more time") in err, err
+    assert 2.0 < took < 6.0, took
+    assert not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("verify", ["interpreter", "onnxruntime only"])
+def test_endless_loop_past_the_import_check_writes_the_input_unchanged(tmp_path, capsys,
+                                                                       monkeypatch, verify):
+    """A model too large for the import's test run (the limit lowered here) reaches the
+    verification, where the Loop runs as an opaque node in onnxruntime, and the onnxruntime
+    comparison of the optimized model with the input: each stops at the time limit, and OUT is
+    the input, byte for byte (the optimized model was never checked)."""
+    import json
+
+    from eqsat_nb.onnx_io import validate
+    monkeypatch.setattr(validate, "RUN_CHECK_BYTES", 0)
+    extra = ["--report", str(tmp_path / "r.json")]
+    if verify == "onnxruntime only":          # the interpreter's check does not fit: skipped
+        extra += ["--verify-memory", "1K"]
+    code, took = _timed_run(tmp_path, endless_loop(with_matmuls=True), 4, *extra)
+    err = error_of(capsys)
+    assert code == 0, err
+    assert took < 7.0, took
+    report = json.loads((tmp_path / "r.json").read_text())
+    out = report["onnx_output"]
+    assert out["written"] == "input unchanged", out
+    if verify == "interpreter":
+        assert "verification was stopped at the time limit" in report["verification"]["summary"]
+        assert out["reason"].startswith("onnxruntime's run of the input model for the comparison "
+                                        "was not started: the time limit had been reached"), out
+    else:
+        assert report["verification"]["status"] == "memory"
+        assert out["reason"].startswith("onnxruntime's run of the input model for the comparison "
+                                        "was stopped at the time limit after "), out
+        assert "(in node '/Loop' (Loop))" in out["reason"], out
+    assert "a larger --time-limit leaves onnxruntime more time" in out["reason"], out
+    assert (tmp_path / "out" / "o.onnx").read_bytes() == (tmp_path / "in" / "m.onnx").read_bytes()
+
+
+# ------------------------------------------------------------------ folding what is small only
+def _generator(kind: str, n: int) -> onnx.ModelProto:
+    """An integer value of n (or n*n) elements computed from a few constants, reduced to one
+    number that is added to the output: legal, and n elements to build if folded."""
+    if kind == "Range":
+        inits = [nh.from_array(np.array(v, np.int64), k) for k, v in
+                 (("start", 0), ("limit", n), ("delta", 1))]
+        gen = [h.make_node("Range", ["start", "limit", "delta"], ["/g"], name="/Range")]
+    elif kind == "ConstantOfShape":
+        inits = [nh.from_array(np.array([n, n], np.int64), "shape")]
+        gen = [h.make_node("ConstantOfShape", ["shape"], ["/g"], name="/ConstantOfShape",
+                           value=h.make_tensor("v", T.INT64, [1], [3]))]
+    else:                                    # broadcasting [n, 1] + [1, n]
+        inits = [nh.from_array(np.arange(n, dtype=np.int64).reshape(n, 1), "a"),
+                 nh.from_array(np.arange(n, dtype=np.int64).reshape(1, n), "b")]
+        gen = [h.make_node("Add", ["a", "b"], ["/g"], name="/Add0")]
+    nodes = gen + [h.make_node("ReduceMax", ["/g"], ["/mx"], name="/ReduceMax", keepdims=0),
+                   h.make_node("Cast", ["/mx"], ["/f"], name="/Cast", to=T.FLOAT),
+                   h.make_node("Add", ["x", "/f"], ["y"], name="/Add")]
+    return _model(nodes, [_x((2, 8), name="x")], [h.make_tensor_value_info("y", T.FLOAT, [2, 8])],
+                  inits)
+
+
+@pytest.mark.parametrize("kind,n", [("Range", 2**31), ("ConstantOfShape", 2**16),
+                                    ("Add", 2**15)])
+def test_folding_never_builds_a_large_value(monkeypatch, kind, n):
+    """Constant folding keeps only small values (FOLD_MAX elements): a node whose result would
+    be larger is not evaluated at all (onnx.reference would build its 2^30 to 2^32 elements,
+    many GB and minutes, before the size could be checked); small ones still fold."""
+    from eqsat_nb.onnx_io import fold
+
+    evaluated: list[str] = []
+    real = fold._evaluate
+
+    def record(node, args, opsets):
+        evaluated.append(node.op_type)
+        if node.op_type == kind:
+            raise AssertionError(f"{kind} of {n} elements evaluated")
+        return real(node, args, opsets)
+
+    monkeypatch.setattr(fold, "_evaluate", record)
+    big = _generator(kind, n)
+    known = {t.name: nh.to_array(t) for t in big.graph.initializer}
+    folded = fold.fold_model(big, {"x": (2, 8)}, known)
+    assert "/g" not in folded.values and kind not in evaluated
+    monkeypatch.setattr(fold, "_evaluate", real)
+    small = _generator(kind, 16)
+    known = {t.name: nh.to_array(t) for t in small.graph.initializer}
+    assert "/mx" in fold.fold_model(small, {"x": (2, 8)}, known).values

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import TirError, VerificationError
+from ..errors import RunStopped, TirError, VerificationError
 from .files import write_onnx
 
 
@@ -97,7 +97,20 @@ def _symbolic_note(imp: Any) -> str:
 def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
                       fixed: bool = False) -> OnnxOutcome:
     """Splice, check, measure and write OUT (args.onnx); returns what was written. `fixed`:
-    the user set input shapes or dims, so the result is for those sizes."""
+    the user set input shapes or dims, so the result is for those sizes. A check or timing in
+    onnxruntime stopped at the time limit (`stopping.time_limit`, RunStopped) leaves the
+    optimized model unwritten: OUT is the input, unchanged, and the reason says what stopped."""
+    try:
+        return _write_onnx_result(args, imp, result, gpu_target, fixed)
+    except RunStopped as e:
+        how = copy_input(args.model, args.onnx, imp.model, args.force)
+        return OnnxOutcome("input unchanged", f"{e}. The optimized model could not be checked "
+                           f"and timed within --time-limit, so the input is written unchanged "
+                           f"(a larger --time-limit leaves onnxruntime more time){how}")
+
+
+def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
+                       fixed: bool) -> OnnxOutcome:
     from ..onnx_io.measure import guard, random_feeds
     from ..onnx_io.splice import splice
 
@@ -129,6 +142,8 @@ def write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
             bigger = [random_feeds(imp.model, seed=args.seed, shapes=other)]
             try:
                 ok, _ = compare_in_onnxruntime(imp.model, spliced, bigger)
+            except RunStopped:
+                raise
             except Exception:    # noqa: BLE001 - onnxruntime refusing the size is the answer
                 ok = False
         if not ok:

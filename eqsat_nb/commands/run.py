@@ -7,7 +7,9 @@ run never leaves a partial or wrong output behind. Existing files are only repla
 Verification is skipped, with a message saying so, when the graph is unchanged (nothing to check),
 with `--no-verify`, and when checking would not fit: its estimated peak memory is over
 `--verify-memory` (default half the available memory) or its estimated time over what
-`--time-limit` leaves. `--time-limit` is the whole command's budget (search/limits.py Budget).
+`--time-limit` leaves. `--time-limit` is the whole command's budget (search/limits.py Budget);
+every onnxruntime run of the model stops at its end (stopping.py): in the import, an error and
+nothing written; in verification, "not verified"; for ONNX output, the input written unchanged.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import TirError, VerificationError
+from ..errors import RunStopped, TirError, VerificationError
 from ..extract import METHODS
 from ..precision import PRECISIONS
 from ..search.limits import Limits
@@ -251,9 +253,23 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def run_command(args: argparse.Namespace) -> int:
     from ..search.limits import Budget, track_compilation
+    from ..stopping import time_limit
 
     track_compilation()
     budget = Budget(args.time_limit)        # the whole command's, loading included
+    # every onnxruntime run of the model (the import's checks, opaque nodes in verification,
+    # the comparison and timing of ONNX output) stops at the budget's end (stopping.py)
+    with time_limit(budget.deadline):
+        return _run_command(args, budget)
+
+
+def _stopped_error(e: RunStopped, args: argparse.Namespace, file: str) -> TirError:
+    """A located error for an onnxruntime run stopped at the time limit: nothing is written."""
+    return TirError(f"{e}; nothing was written. A larger --time-limit (now {args.time_limit:g} "
+                    f"s) leaves it more time", file=file)
+
+
+def _run_command(args: argparse.Namespace, budget: Any) -> int:
     check_tir_output(args.output, "--onnx")
     for out in (args.output, args.onnx, args.report):
         check_writable(out, args.force)
@@ -261,7 +277,10 @@ def run_command(args: argparse.Namespace) -> int:
 
     t = time.perf_counter()
     dims, shapes = shape_options(args)
-    graph, weights, imp = load_source(args.model, dims, shapes)
+    try:
+        graph, weights, imp = load_source(args.model, dims, shapes)
+    except RunStopped as e:
+        raise _stopped_error(e, args, args.model) from None
     if imp is not None:         # no output may replace a data file the input reads
         from ..onnx_io.external import check_output
         for out in (args.output, args.onnx, args.report):
@@ -309,7 +328,10 @@ def run_command(args: argparse.Namespace) -> int:
         if not args.no_verify and not getattr(check, "limited", False):
             from ..check_outputs import verify_onnx
             t = time.perf_counter()
-            onnx_check = verify_onnx(graph, model, weights, seeds=check.seeds)
+            try:
+                onnx_check = verify_onnx(graph, model, weights, seeds=check.seeds)
+            except RunStopped as e:
+                raise _stopped_error(e, args, args.onnx) from None
             result.times["verify_onnx"] = time.perf_counter() - t
             report["verification"]["onnxruntime"] = onnx_check.summary()
             if not onnx_check.ok:
@@ -373,7 +395,7 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     try:
         check = verify_graphs(graph, result.optimized, weights, seeds=seeds,
                               deadline=None if budget is None else budget.deadline)
-    except VerificationStopped:
+    except (VerificationStopped, RunStopped):   # the interpreter, or an opaque node in it
         check = NotVerified("time", f"not verified: verification was stopped at the time limit "
                             f"after {time.perf_counter() - t:.1f} s; the optimized graph's outputs "
                             f"were not compared with the original's. A larger --time-limit "

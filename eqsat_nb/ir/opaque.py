@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import TirError
+from ..errors import RunStopped, TirError
 from .graph import TensorType
 
 # IR element type <-> ONNX TensorProto.DataType (the numbers are fixed by the ONNX standard)
@@ -282,15 +282,20 @@ def _session(attrs: tuple, in_types: tuple[TensorType, ...], out_types: tuple[Te
 
 def run_opaque(attrs: tuple, args: Sequence[np.ndarray], in_types: Sequence[TensorType],
                out_types: Sequence[TensorType]) -> tuple[np.ndarray, ...]:
-    """Evaluate an opaque node with onnxruntime; operands are cast to their declared types."""
+    """Evaluate an opaque node with onnxruntime; operands are cast to their declared types.
+    The run stops at the enclosing `stopping.time_limit` (RunStopped: a Loop of 2^40 trips is
+    a legal node)."""
+    from ..stopping import run_until
+
     a = dict(attrs)
     try:
         sess = _session(tuple(attrs), tuple(in_types), tuple(out_types))
         names = input_names(runnable_node(a))
         feeds = {name: np.asarray(x, dtype=NP_DTYPES[t.dtype])
                  for name, x, t in zip(names, args, in_types)}
-        outs = sess.run(None, feeds)
-    except TirError:
+        outs = run_until(sess, None, feeds, what=f"onnxruntime's run of opaque {a['op']} in "
+                         "the reference interpreter")
+    except (TirError, RunStopped):
         raise
     except Exception as e:   # onnxruntime raises its own exception types, not a common base
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..check_outputs import Verification, worst_over
-from ..errors import TirError
+from ..errors import RunStopped, TirError
 from ..precision import HALF, check_precision, tolerance
 from .widen import widen, widen_feeds
 
@@ -30,8 +30,10 @@ def check_models(before: Any, after: Any, feeds_list: Sequence[Feeds],
     """Compare `after` with `before` (ONNX models with the same graph inputs and outputs) on
     each feed set, judged by `precision`'s rule (default: `check_precision(before)`).
 
-    TirError (without a file: the caller names it) when onnxruntime cannot run `before`."""
-    from ..runtime import quiet_run, session
+    TirError (without a file: the caller names it) when onnxruntime cannot run `before`;
+    RunStopped when a run passes the enclosing `stopping.time_limit`."""
+    from ..runtime import session
+    from ..stopping import run_until
 
     precision = precision or check_precision(before)
     tol = tolerance(precision)
@@ -43,7 +45,8 @@ def check_models(before: Any, after: Any, feeds_list: Sequence[Feeds],
             s = session(model)
         except Exception as e:      # noqa: BLE001 - the caller decides what a failure means
             raise _CannotRun(what, e) from None
-        return lambda feeds: s.run(names, dict(feeds), quiet_run())
+        return lambda feeds: run_until(s, names, feeds, what=f"onnxruntime's run of {what} "
+                                       f"for the comparison")
 
     try:
         if precision not in HALF:
@@ -87,6 +90,8 @@ def _checked(runner: Callable, model: Any, what: str) -> Callable[[Feeds], list]
     def call(feeds: Feeds) -> list[np.ndarray]:
         try:
             return run(feeds)
+        except RunStopped:          # the time limit, not the model: the caller says so
+            raise
         except Exception as e:      # noqa: BLE001
             raise _CannotRun(what, e) from None
     return call

@@ -288,11 +288,14 @@ def runtime_types(model: Any, input_dims: Mapping[str, tuple[int, ...]],
     """The types onnxruntime gives `names` when it runs `model` on random inputs of the given
     shapes, twice (integers in [0, 2) and in [0, 4), as the checks draw them): only the types
     both runs agree on, since a shape that follows the data (a trip count read from an input)
-    is no shape the IR can hold. Empty when onnxruntime cannot run the model."""
+    is no shape the IR can hold. Empty when onnxruntime cannot run the model; RunStopped at
+    the enclosing `stopping.time_limit`."""
     import onnx
     from onnx import helper
 
-    from ..runtime import quiet_run, session
+    from ..errors import RunStopped
+    from ..runtime import session
+    from ..stopping import run_until
     from .measure import random_feeds
 
     m = onnx.ModelProto()
@@ -310,7 +313,10 @@ def runtime_types(model: Any, input_dims: Mapping[str, tuple[int, ...]],
             for k, v in feeds.items():
                 if v.dtype.kind in "iu":
                     feeds[k] = rng.integers(0, high, v.shape).astype(v.dtype)
-            runs.append(sess.run(names, feeds, quiet_run()))
+            runs.append(run_until(sess, names, feeds, what="onnxruntime's run of the input "
+                                  "model that finds the types of its control-flow outputs"))
+    except RunStopped:
+        raise
     except Exception:       # noqa: BLE001 - onnxruntime refuses or fails: nothing learnt
         return {}
     found: dict[str, Type] = {}

@@ -229,6 +229,9 @@ def fold_model(model: Any, input_dims: Mapping[str, tuple[int, ...]],
                 continue
             if not _shape_like(node, ins, args, values):
                 continue          # arithmetic on weights: left as the model writes it
+            if _result_size(node, args, shapes) > FOLD_MAX:
+                _taint(node, tainted)      # would be dropped after evaluation: not evaluated
+                continue
             try:
                 res = _evaluate(node, args, opsets)
             except Exception:    # noqa: BLE001 - the reference runtime lacks it or rejects it
@@ -285,6 +288,43 @@ def _symbolic_shapes(model: Any, input_dims: Mapping[str, tuple[int, ...]],
     for t in ig.initializer:
         out.setdefault(t.name, [True] * len(t.dims))
     return out
+
+
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal",
+                          "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Where", "Max",
+                          "Min", "Sum", "Mean", "BitShift", "BitwiseAnd", "BitwiseOr",
+                          "BitwiseXor"})
+
+
+def _result_size(node: Any, args: list, shapes: Mapping[str, tuple[int, ...]]) -> int:
+    """The element count of `node`'s largest result, known before evaluating it (0 when it is
+    not known): from shape inference, else from the operands of the ops whose result size
+    follows from their values (a Range of 2^31 steps has three scalar operands, and
+    onnx.reference would build it in full before its size could be checked)."""
+    outs = [o for o in node.output if o]
+    if outs and all(o in shapes for o in outs):
+        return max(int(np.prod(shapes[o], dtype=object)) for o in outs)
+    op = node.op_type
+    try:
+        if op == "Range" and len(args) == 3 and all(a is not None for a in args):
+            start, limit, delta = (np.asarray(a).reshape(-1)[0].item() for a in args)
+            return max(0, int(np.ceil((limit - start) / delta))) if delta else 0
+        if op == "ConstantOfShape" and args and args[0] is not None:
+            return int(np.prod([max(int(d), 0) for d in args[0].reshape(-1)], dtype=object))
+        if op == "Expand" and len(args) == 2 and all(a is not None for a in args):
+            dims = [int(d) for d in args[1].reshape(-1)]
+            return int(np.prod(np.broadcast_shapes(args[0].shape, tuple(dims)), dtype=object))
+        if op == "Tile" and len(args) >= 2 and all(a is not None for a in args[:2]):
+            reps = [max(int(r), 0) for r in args[1].reshape(-1)]
+            return int(np.prod(reps, dtype=object)) * args[0].size
+        if op == "OneHot" and len(args) >= 2 and all(a is not None for a in args[:2]):
+            return args[0].size * max(int(np.asarray(args[1]).reshape(-1)[0]), 0)
+        if op in _ELEMENTWISE:
+            return int(np.prod(np.broadcast_shapes(*(a.shape for a in args if a is not None)),
+                               dtype=object))
+    except (ValueError, TypeError, OverflowError, IndexError, ZeroDivisionError):
+        return 0            # operands onnx.reference rejects: it says so when evaluating
+    return 0
 
 
 def _shape_like(node: Any, ins: list[str], args: list, values: Mapping[str, Any]) -> bool:

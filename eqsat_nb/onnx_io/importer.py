@@ -43,6 +43,8 @@ from .names import unique
 from .symbolic import DegenerateShape
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.$]")
+_WEIGHT_NAME = re.compile(r"[A-Za-z0-9_.$]+")        # a .tir weight name, without its '@'
+_SSA_NAME = re.compile(r"%[A-Za-z0-9_.$]+")          # a .tir value name
 
 
 
@@ -289,10 +291,35 @@ class _Importer:
             for init, wname, ssa, nxt in entries:
                 if not all(isinstance(x, str) for x in (init, wname, ssa, nxt)):
                     raise ValueError
-                self.meta_names[init] = (wname, ssa)
-                self.meta_before.setdefault(nxt, []).append((init, wname, ssa))
         except (ValueError, TypeError):
             raise self.err(f"metadata '{WEIGHTS_KEY}' is malformed") from None
+        g = self.model.graph
+        held = {t.name for t in g.initializer} | {i.name for i in g.input}
+        names: set[str] = set()
+        values: set[str] = set()
+        for k, (init, wname, ssa, nxt) in enumerate(entries):
+            why = None
+            if init not in held:
+                why = (f"names initializer '{init}', which the model has neither as an "
+                       f"initializer nor as a graph input")
+            elif init in self.meta_names:
+                why = f"names initializer '{init}' a second time"
+            elif not _WEIGHT_NAME.fullmatch(wname):
+                why = (f"gives '{init}' the weight name {wname!r}, expected letters, digits, "
+                       f"'_', '.' or '$'")
+            elif not _SSA_NAME.fullmatch(ssa):
+                why = f"gives '{init}' the value name {ssa!r}, expected '%' and a name"
+            elif wname in names:
+                why = f"gives weight name '{wname}' a second time"
+            elif ssa in values:
+                why = f"gives value name '{ssa}' a second time"
+            if why is not None:
+                raise self.err(f"metadata '{WEIGHTS_KEY}' (this tool's record of weight names) "
+                               f"entry {k} {why}")
+            names.add(wname)
+            values.add(ssa)
+            self.meta_names[init] = (wname, ssa)
+            self.meta_before.setdefault(nxt, []).append((init, wname, ssa))
         for init, (_, ssa) in self.meta_names.items():
             self.value[init] = ssa
             self.used_names.add(ssa)

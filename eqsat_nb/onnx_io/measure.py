@@ -81,22 +81,33 @@ def _sessions(models: Sequence[Any], threads: int) -> list[Any]:
 
 
 def time_pair(before: Any, after: Any, feeds: Mapping[str, np.ndarray], threads: int = 1,
-              budget_s: float = 10.0, min_rounds: int = 5, max_rounds: int = 41) -> Timing:
+              budget_s: float = 10.0, min_rounds: int = 5, max_rounds: int = 41,
+              deadline: float | None = None) -> Timing:
     """Alternate the two models (A/B, then B/A) until `max_rounds` or the time budget is spent
-    (at least `min_rounds`); each sample runs a model enough times to last ~20 ms."""
+    (at least `min_rounds`); each sample runs a model enough times to last ~20 ms. Every run
+    stops at `deadline` or the enclosing `stopping.time_limit` (work clock): RunStopped, with
+    no timing (a model whose single run outlasts the budget cannot be timed)."""
+    from ..stopping import Watchdog
+
     a, b = _sessions([before, after], threads)
+    with Watchdog(deadline, "onnxruntime's timing of the input and optimized models") as w:
+        return _time_pair(a, b, feeds, threads, budget_s, min_rounds, max_rounds, w.run)
+
+
+def _time_pair(a: Any, b: Any, feeds: Mapping[str, np.ndarray], threads: int, budget_s: float,
+               min_rounds: int, max_rounds: int, run: Any) -> Timing:
     for s in (a, b):                      # warm-up: first runs allocate and pick kernels
         for _ in range(2):
-            s.run(None, dict(feeds))
+            run(s, None, feeds)
     t = time.perf_counter()
-    a.run(None, dict(feeds))
+    run(a, None, feeds)
     once = max(time.perf_counter() - t, 1e-5)
     reps = max(1, int(0.02 / once))
 
     def sample(s: Any) -> float:
         t0 = time.perf_counter()
         for _ in range(reps):
-            s.run(None, dict(feeds))
+            run(s, None, feeds)
         return (time.perf_counter() - t0) / reps * 1e3
 
     ta, tb, ratios = [], [], []
@@ -132,7 +143,8 @@ def guard(before: Any, after: Any, feeds: Mapping[str, np.ndarray], budget_s: fl
           ) -> Guard:
     """Time both models at one thread and at the default thread count. The CPU target keeps
     the optimized model only if it is faster beyond the noise at one thread and not slower at
-    the default count. (GPU targets are never timed here: `commands.onnx_out`.)"""
+    the default count. (GPU targets are never timed here: `commands.onnx_out`.) Raises
+    RunStopped when a run passes the enclosing `stopping.time_limit`."""
     timings = tuple(time_pair(before, after, feeds, threads=n, budget_s=budget_s / 2)
                     for n in (1, 0))
     single, default = timings

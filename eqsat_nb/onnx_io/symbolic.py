@@ -132,12 +132,19 @@ def another_size(model: Any, defaulted: Mapping[str, list[int]],
 
 def _runs(model: Any, shapes: Mapping[str, tuple[int, ...]]) -> bool:
     """Whether onnxruntime runs the input model at these input shapes (onnx's shape inference
-    accepts some sizes the operators do not, e.g. a Conv window longer than its input)."""
-    from ..runtime import quiet_run, session
+    accepts some sizes the operators do not, e.g. a Conv window longer than its input).
+    RunStopped at the enclosing `stopping.time_limit`."""
+    from ..errors import RunStopped
+    from ..runtime import session
+    from ..stopping import run_until
     from .measure import random_feeds
 
     try:
-        session(model).run(None, random_feeds(model, shapes=shapes), quiet_run())
+        run_until(session(model), None, random_feeds(model, shapes=shapes),
+                  what="onnxruntime's run of the input model at other sizes for its "
+                  "symbolic dims")
+    except RunStopped:
+        raise
     except Exception:      # noqa: BLE001 - onnxruntime's own error types: the sizes do not run
         return False
     return True

@@ -241,6 +241,12 @@ def check_frame(model: Any, source: str) -> None:
                 raise TirError(f"graph input '{vi.name}' declares dimension {axis} as "
                                f"{d.dim_value}, larger than any real tensor (at most "
                                f"2^31 - 1)", file=source)
+            if d.HasField("dim_value") and d.dim_value < -1:
+                # -1 is the "unknown" some converters write (read as a symbolic dim); any
+                # other negative size is no size at all
+                raise TirError(f"graph input '{vi.name}' declares dimension {axis} as "
+                               f"{d.dim_value}: expected a positive size or a symbolic name "
+                               f"(dim_param)", file=source)
 
 
 def _probe_onnxruntime(model: Any, source: str) -> None:
@@ -492,11 +498,14 @@ def check_runs(imp: Any, source: str) -> None:
     graph optimizations (so node names are the model's) on random inputs of the sizes it was
     imported with, when its tensors are at most RUN_CHECK_BYTES. A failure to load is a located
     error; so is a failure to run when every input is a float tensor (with integer inputs random
-    values may be what fails: indices, shapes), else a warning."""
+    values may be what fails: indices, shapes), else a warning. The run stops at the enclosing
+    `stopping.time_limit` (RunStopped)."""
     import onnxruntime as ort
 
     from ..commands.onnx_out import import_shapes
+    from ..errors import RunStopped
     from ..runtime import session_options
+    from ..stopping import run_until
     from .measure import random_feeds
 
     if sum(map(external.data_bytes, external.all_tensors(imp.model))) > RUN_CHECK_BYTES:
@@ -511,7 +520,9 @@ def check_runs(imp: Any, source: str) -> None:
                        file=source) from None
     feeds = random_feeds(imp.model, shapes=import_shapes(imp))
     try:
-        sess.run(None, feeds)
+        run_until(sess, None, feeds, what="onnxruntime's test run of the input model")
+    except RunStopped:
+        raise
     except Exception as e:      # noqa: BLE001
         shapes = ", ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
         text = (f"onnxruntime cannot run this model on random inputs ({shapes}): "
