@@ -75,6 +75,7 @@ class Result:
     # confirmed end to end (confirm.py)
     alternatives: list = field(default_factory=list)
     confirmed: str = ""           # how the choice was confirmed end to end (confirm.py), if it was
+    layers: Any = None            # layers.LayerRun when optimized one layer class at a time
 
     @property
     def speedup_pct(self) -> float:

@@ -211,6 +211,12 @@ def add_parser(sub: Any) -> None:
                    "available memory); a verification estimated to need more is skipped, "
                    "with a message")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    c.add_argument("--layers", choices=("auto", "on", "off"), default="auto",
+                   help="where the model repeats a layer (same operators, shapes and wiring, "
+                   "other weights), optimize one copy per distinct layer and repeat its rewrite "
+                   "on every copy, each checked with its own weights: auto (default) where that "
+                   "pays (at most half of the graph's nodes optimized, a whole e-graph of 10 000 "
+                   "nodes or more), on whenever layers repeat; off: optimize the graph as one")
     o = c.add_argument_group("ONNX models")
     o.add_argument("--measure", dest="measure", action="store_true", default=None,
                    help="time the optimized ONNX model against the input in onnxruntime and "
@@ -356,7 +362,7 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     NotVerified saying so); raises on a mismatch."""
     import dataclasses
 
-    from ..optimize import optimize
+    from ..layers import optimize_model
     from ..progress import CompileNotice, Progress
 
     options = options_from_args(args)
@@ -369,8 +375,8 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     total = options.limits.iter_limit if options.search == "saturate" else None
     with Progress(f"{Path(args.model).name}: {options.search}", total,
                   quiet=args.quiet) as bar, CompileNotice(quiet=args.quiet):
-        result = optimize(
-            graph, cost_model, rules, options,
+        result, layered = optimize_model(
+            graph, cost_model, rules, options, getattr(args, "layers", "off"),
             on_iteration=lambda it: bar.update(it.index, f"{it.nodes} nodes, "
                                                          f"{it.classes} classes"),
             on_decision=lambda d: bar.update(d.index, f"{d.action}, {d.nodes} nodes"))
@@ -381,6 +387,8 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     from ..check_outputs import NotVerified, VerificationStopped, verify_graphs
     if not result.improved:
         return result, NotVerified("unchanged", "unchanged, nothing to verify", seeds)
+    if layered is not None:
+        check_layer_copies(result, weights, args, budget, seeds)
     # plan again with the graph that came out and the time actually left: the first plan only
     # set the search's reserve, for a graph sharing nothing with the original (ViT-Huge: 29 s
     # planned, 23 s for its optimized graph, 10 s measured), so a limit it ruled out may fit
@@ -430,6 +438,38 @@ def confirm_choice(result, weights, cost_model, args: argparse.Namespace):
     return dataclasses.replace(result, optimized=chosen, improved=chosen is not result.original,
                                cost_after=graph_cost(cost_model, chosen), changes=changes,
                                times=times, confirmed=how.describe())
+
+
+def check_layer_copies(result, weights, args: argparse.Namespace, budget, seeds) -> None:
+    """Check every rewritten layer copy of `result` with its own weights, one at a time
+    (layers.check); raises on a mismatch. Checks stopped by the time limit are reported, as the
+    whole graph's are."""
+    from ..check_outputs import VerificationStopped, available_memory
+    from ..layers.check import check_copies
+
+    memory = getattr(args, "verify_memory", None)
+    if memory is None:
+        avail = available_memory()
+        memory = avail // 2 if avail is not None else None
+    t = time.perf_counter()
+    try:
+        check = check_copies(result.layers, weights, seeds,
+                             None if budget is None else budget.deadline, memory,
+                             None if budget is None else VERIFY_SHARE * budget.left())
+    except VerificationStopped:
+        result.layers.check.skipped = (f"the copies' checks were stopped at the time limit "
+                                       f"after {time.perf_counter() - t:.1f} s")
+        warn("not verified layer by layer: " + result.layers.check.skipped)
+        return
+    finally:
+        result.times["verify_layers"] = time.perf_counter() - t
+    if not check.ok:
+        raise VerificationError(
+            f"a rewritten layer does not match the original: {check.failed}. Nothing was "
+            f"written. Please report this (`eqsat-nb verify-rules` checks the rules one by "
+            f"one; --layers off optimizes the graph as one).", file=args.model)
+    if check.skipped:
+        warn("not verified layer by layer: " + check.skipped)
 
 
 VERIFY_SHARE = 0.6      # verification may take at most this share of the time budget left
@@ -522,10 +562,22 @@ def make_report(model: str, result, check, cost_name: str, budget=None) -> dict[
             "status": "verified", "ok": check.ok, "seeds": list(check.seeds),
             "rtol": check.rtol, "atol_rel": check.atol_rel, "rule": check.rule,
             "max_relative_err": check.max_relative_err, "summary": check.summary()},
+        "layers": None if getattr(result, "layers", None) is None else result.layers.summary(),
     }
 
 
 WHY_SHOWN = 3      # changes named one by one in the report; the rest in one line
+
+
+def layers_line(layers: dict[str, Any]) -> str:
+    """e.g. 'layers: 12 (1 distinct), each distinct layer optimized once and its rewrite
+    repeated on every copy; 4 ops outside them'."""
+    n, d = layers["layers"], layers["distinct"]
+    if layers.get("optimized_as_one_graph"):
+        return f"layers: {n} ({d} distinct), optimized as one graph: " + \
+            layers["optimized_as_one_graph"]
+    return (f"layers: {n} ({d} distinct), each distinct layer optimized once and its rewrite "
+            f"repeated on every copy; {layers['ops_outside']} ops outside them")
 
 
 def _why_lines(changes: list[dict[str, Any]]) -> list[str]:
@@ -548,6 +600,8 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
              + (f", written to {', '.join(written)}" if written else "")]
     lines.append(f"  estimated cost ({r['cost_model']}): {r['cost_before_us']:.1f} us -> "
                  f"{r['cost_after_us']:.1f} us, speed-up {r['speedup_pct']:.1f} %")
+    if r.get("layers"):
+        lines.append("  " + layers_line(r["layers"]))
     lines.append(f"  e-graph: {eg['nodes']} nodes, {eg['classes']} classes after "
                  f"{eg['iterations']} step{'' if eg['iterations'] == 1 else 's'} "
                  f"({eg['stop_reason']}); extraction: {r['extraction']}")
@@ -583,6 +637,10 @@ def format_report(r: dict[str, Any], written: list[str] = ()) -> str:
         lines.append("  verified: " + v["summary"])
     else:
         lines.append("  " + v["summary"])
+    checks = (r.get("layers") or {}).get("checks")
+    if checks:
+        lines.append(("  verified " if checks["ok"] and checks["copies_checked"] else "  ")
+                     + checks["summary"])
     if v and v.get("onnxruntime"):
         lines.append("  verified in onnxruntime: " + v["onnxruntime"])
     o = r.get("onnx_output")
