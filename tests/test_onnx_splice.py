@@ -202,7 +202,7 @@ def test_session_of_a_model_too_big_for_protobuf_leaves_it_as_it_was(monkeypatch
     """Over the protobuf limit a session goes through a file with external data and the model
     in memory keeps its weights (the guard and the writer use the same models after the
     onnxruntime check; onnx's save_model would have moved them out)."""
-    from eqsat_nb import runtime
+    from eqsat_nb import external_data, runtime
     from eqsat_nb.onnx_io.external import needs_external
 
     w = np.arange(3 * 128, dtype=np.float32).reshape(3, 128)     # over onnx's 1 KiB threshold
@@ -210,7 +210,7 @@ def test_session_of_a_model_too_big_for_protobuf_leaves_it_as_it_was(monkeypatch
                      [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
                      [h.make_tensor_value_info("y", T.FLOAT, [2, 128])], [nh.from_array(w, "w")])
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 16)
+    monkeypatch.setattr(external_data, "PROTOBUF_LIMIT", 16)
     assert needs_external(model)
     x = np.ones((2, 3), np.float32)
     for _ in range(2):
