@@ -1,7 +1,8 @@
 """onnxruntime sessions for whole models of any size, with the settings that measured stable.
 
 Protobuf caps a serialized model at 2 GB, so larger models (ViT-Huge has 2.5 GB of weights) go
-through a temporary file with external data; the session keeps what it needs in memory.
+through a temporary file with external data (external_data.py); the session keeps what it needs
+in memory.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-PROTOBUF_LIMIT = 1_800_000_000      # bytes; leave room below protobuf's 2 GiB
+from .external_data import needs_external, save_split
 
 
 def session_options(threads: int = 1) -> Any:
@@ -40,8 +41,6 @@ def session(model: Any, threads: int = 1) -> Any:
     import onnxruntime as ort
 
     so = session_options(threads)
-    from .onnx_io.external import needs_external, save_split
-
     if not needs_external(model):
         return ort.InferenceSession(model.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])

@@ -12,7 +12,7 @@ the options the run was started with, and onnxruntime leaves the run between two
 Loop checks the flag at every iteration). The run itself is not in a separate process, so
 nothing is copied and the session is reused.
 
-Deadlines are on the work clock (`search.limits.work_clock`, what `--time-limit` counts): the
+Deadlines are on the work clock (`work_clock.work_clock`, what `--time-limit` counts): the
 wall clock less Numba compilation time. No compilation happens while onnxruntime runs, so a
 run's remaining time on the work clock is its remaining wall time.
 
@@ -29,7 +29,7 @@ from contextvars import ContextVar
 from typing import Any, Iterator, Mapping, Sequence
 
 from .errors import RunStopped
-from .search.limits import work_clock
+from .work_clock import work_clock
 
 __all__ = ["RunStopped", "Watchdog", "current_deadline", "run_until", "time_limit"]
 

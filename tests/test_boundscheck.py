@@ -1,4 +1,4 @@
-"""CI step: the e-graph tests once more with Numba bounds checking.
+"""The e-graph tests once more with Numba bounds checking (slow tier: `pytest --slow`, CI).
 
 A kernel that indexes past an array end silently corrupts memory in a normal build; with
 NUMBA_BOUNDSCHECK=1 it raises IndexError. The run uses its own NUMBA_CACHE_DIR so the
@@ -13,9 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow
 def test_egraph_tests_pass_with_numba_boundscheck(tmp_path):
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"),
                EQSAT_TEST_PROFILE="quick")

@@ -13,11 +13,10 @@ from eqsat_nb.cost.analytic import H100, AnalyticCostModel
 from eqsat_nb.cost.calibrate import GPU_PARAMS, quality, usable
 from eqsat_nb.cost.model import FREE_OPS, graph_signatures
 from eqsat_nb.cost.table import TableCostModel, resolve_table, shipped_tables
+from eqsat_nb.examples import BENCHMARK_MODELS, resolve_models
 from eqsat_nb.ir.parse import load
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARK = ("bert", "inceptionv3", "mobilenetv2", "nasneta", "nasrnn", "resnet50", "resnext50",
-             "squeezenet", "vgg19", "transformer_transducer", "vit_base", "vit_large", "vit_huge")
 
 
 def _tool():
@@ -32,8 +31,8 @@ def test_shipped_tables_price_every_operator_of_the_benchmarks(name, gpu):
     assert table.notes["method"] == "graph" and len(table) > 1200
     assert len(table.samples()) == len(table)          # every row reads back as a signature
     model = TableCostModel(table)
-    for m in BENCHMARK:
-        for sig in graph_signatures(load(ROOT / "ir_examples" / f"{m}.tir")):
+    for path in resolve_models(list(BENCHMARK_MODELS)):
+        for sig in graph_signatures(load(path)):
             if sig.op not in FREE_OPS:
                 model.cost(sig)
     assert model.misses == 0 and model.hits > 400

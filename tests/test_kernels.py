@@ -231,16 +231,20 @@ def test_the_built_module_is_in_use_when_expected():
     assert K.aot_status().startswith("compiled ahead of time"), K.aot_status()
 
 
-def test_compiled_and_jitted_kernels_write_the_same_graph(tmp_path):
-    """`run` with the compiled module and with EQSAT_NB_JIT=1 (its own Numba cache) give the
-    same file, e-graph and cost. The extractor is ocf+switch (kernels only): the ILP's answer
-    under a time limit depends on the machine's speed (CI saw 353.0 against 356.4 us)."""
+@pytest.mark.slow
+def test_compiled_and_jitted_kernels_write_the_same_graph(tmp_path, request):
+    """`run` with the compiled module and with EQSAT_NB_JIT=1 give the same file, e-graph and
+    cost. The just-in-time run uses the Numba cache that `first_jit_run` (conftest.py) filled
+    from empty with the same kernels, so the suite compiles them cold once. The extractor is
+    ocf+switch (kernels only): the ILP's answer under a time limit depends on the machine's
+    speed (CI saw 353.0 against 356.4 us)."""
     import json
     if K.compiled_module() is None:
         pytest.skip(f"no compiled kernels: {K.aot_status()}")
+    caches = {"aot": tmp_path / "cache-aot", "jit": request.getfixturevalue("first_jit_run")[1]}
     outs = []
     for mode in ("aot", "jit"):
-        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / f"cache-{mode}"))
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(caches[mode]))
         env.pop("EQSAT_NB_JIT", None)
         if mode == "jit":
             env["EQSAT_NB_JIT"] = "1"

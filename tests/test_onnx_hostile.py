@@ -278,14 +278,14 @@ def test_out_that_is_a_data_file_of_the_input_is_refused(tmp_path, capsys):
 def test_out_in_place_never_replaces_the_data_it_reads(tmp_path, monkeypatch):
     """`run m.onnx --onnx m.onnx --force` on a model whose data are m.onnx.data: a result
     large enough for external data gets another data file name."""
-    import eqsat_nb.runtime as runtime
+    from eqsat_nb import external_data
     (tmp_path / "in").mkdir()
     model = matmul_sum()
     for t in model.graph.initializer:
         to_external(t, tmp_path / "in", "m.onnx.data")
     (tmp_path / "in" / "m.onnx").write_bytes(model.SerializeToString())
     (tmp_path / "in" / "ref.onnx").write_bytes(model.SerializeToString())
-    monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 4096)     # any weight goes to a data file
+    monkeypatch.setattr(external_data, "PROTOBUF_LIMIT", 4096)     # any weight goes to a data file
     assert run(tmp_path, None, "in/m.onnx", "--force") == 0
     assert (tmp_path / "in" / "m.onnx.1.data").exists()
     assert_equal_in_ort(tmp_path / "in" / "ref.onnx", tmp_path / "in" / "m.onnx")
@@ -490,7 +490,8 @@ def test_large_model_is_written_with_its_data_beside_it_and_left_unchanged(tmp_p
     """Past the protobuf limit (lowered here) weights go to OUT.data: the file passes
     onnx.checker on its path, loads in onnxruntime, and the model in memory is untouched."""
     import eqsat_nb.runtime as runtime
-    monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 10_000)
+    from eqsat_nb import external_data
+    monkeypatch.setattr(external_data, "PROTOBUF_LIMIT", 10_000)
     model = matmul_sum()
     before = model.SerializeToString()
     out = tmp_path / "o.onnx"

@@ -94,10 +94,22 @@ def _same_interface(a: onnx.ModelProto, b: onnx.ModelProto) -> None:
 
 
 ZOO = light_models()
+# the zoo models with over 50 M weights (VGG-19 143 M, ZFNet-512 62 M, AlexNet 61 M) take most of
+# the ONNX tests' time: the default tier imports the others; the end-to-end runs keep SqueezeNet
+# (the oldest-deps CI run's stand-in) and ShuffleNet; the slow tier runs every model
+HEAVY = {"light_vgg19", "light_zfnet512", "light_bvlc_alexnet"}
+IMPORT_QUICK = {p.stem for p in ZOO} - HEAVY
+END_TO_END_QUICK = {"light_squeezenet", "light_shufflenet"}
+
+
+def zoo_params(quick: set[str]) -> list:
+    """The zoo models as test parameters, those not in `quick` in the slow tier."""
+    return [pytest.param(p, id=p.stem, marks=() if p.stem in quick else pytest.mark.slow)
+            for p in ZOO]
 
 
 @pytest.mark.skipif(not ZOO, reason="this onnx wheel ships no model-zoo copies")
-@pytest.mark.parametrize("path", ZOO, ids=[p.stem for p in ZOO])
+@pytest.mark.parametrize("path", zoo_params(IMPORT_QUICK))
 def test_unchanged_graph_splices_to_the_input(path):
     model = reseeded(path)
     try:
@@ -202,7 +214,7 @@ def test_session_of_a_model_too_big_for_protobuf_leaves_it_as_it_was(monkeypatch
     """Over the protobuf limit a session goes through a file with external data and the model
     in memory keeps its weights (the guard and the writer use the same models after the
     onnxruntime check; onnx's save_model would have moved them out)."""
-    from eqsat_nb import runtime
+    from eqsat_nb import external_data, runtime
     from eqsat_nb.onnx_io.external import needs_external
 
     w = np.arange(3 * 128, dtype=np.float32).reshape(3, 128)     # over onnx's 1 KiB threshold
@@ -210,7 +222,7 @@ def test_session_of_a_model_too_big_for_protobuf_leaves_it_as_it_was(monkeypatch
                      [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
                      [h.make_tensor_value_info("y", T.FLOAT, [2, 128])], [nh.from_array(w, "w")])
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    monkeypatch.setattr(runtime, "PROTOBUF_LIMIT", 16)
+    monkeypatch.setattr(external_data, "PROTOBUF_LIMIT", 16)
     assert needs_external(model)
     x = np.ones((2, 3), np.float32)
     for _ in range(2):
@@ -242,7 +254,8 @@ def test_guard_verdicts(monkeypatch, ratios, keep, spread):
     assert measure.guard(None, None, {}).keep is keep
 
 
-@pytest.mark.parametrize("device", ["h100", "h200", "a100", "h100-roofline"])
+@pytest.mark.parametrize("device", ["h100", *(pytest.param(d, marks=pytest.mark.slow)
+                                              for d in ("h200", "a100", "h100-roofline"))])
 def test_a_gpu_target_is_decided_by_its_costs_never_by_a_cpu_timing(tmp_path, monkeypatch,
                                                                     capsys, device):
     """Whatever this CPU measures, a GPU target writes what its cost estimate chose: the
@@ -329,7 +342,7 @@ def test_a_result_valid_only_at_the_assumed_size_is_not_written(tmp_path, monkey
 
 @pytest.mark.skipif(not ZOO, reason="this onnx wheel ships no model-zoo copies")
 @pytest.mark.parametrize("device", ["cpu", "a100"])
-@pytest.mark.parametrize("path", ZOO, ids=[p.stem for p in ZOO])
+@pytest.mark.parametrize("path", zoo_params(END_TO_END_QUICK))
 def test_zoo_models_come_back_equal_with_the_same_interface(tmp_path, path, device):
     """`run M.onnx --onnx OUT.onnx` with the default options (a short measuring budget): exits
     0, OUT is a valid model with the input's interface, and onnxruntime computes the same."""

@@ -3,7 +3,9 @@ deliberately slowed kernel (EGraph.snapshot doing five snapshots' work, patched 
 plugin in the benchmark's process) fails it, and so does pytest-benchmark's own
 `--benchmark-compare-fail=median:25%`. The benchmark is the quick-tier snapshot one: many short
 rounds, so its median is steady even on a busy machine, and 5x is far above the 25 % threshold.
-Also: the tiers select what they should, and a worse DAG cost fails the comparison."""
+Also: the tiers select what they should, and a worse DAG cost fails the comparison. The tests
+that run the benchmark (a few times, in fresh processes) are the slow tier's (`--slow`); those on
+given results are the default tier's."""
 from __future__ import annotations
 
 import importlib.util
@@ -81,6 +83,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return out
 
 
+@pytest.mark.slow
 def test_unchanged_run_passes(runs, capsys):
     """An unchanged run measured right after a baseline passes. A shared machine can slow a
     whole short run by ~30 %, so up to three (baseline, run) pairs are tried: noise does not
@@ -102,6 +105,7 @@ def test_unchanged_run_passes(runs, capsys):
     pytest.fail("unchanged runs failed the comparison three times:\n" + "\n".join(outputs))
 
 
+@pytest.mark.slow
 def test_slowed_kernel_fails(runs, capsys):
     assert Path(runs["slow"]).exists(), runs["slow_proc"].stdout + runs["slow_proc"].stderr
     rc = perf_compare.main([str(runs["slow"]), "--baseline", str(runs["base"])])
@@ -114,6 +118,7 @@ def test_slowed_kernel_fails(runs, capsys):
     assert row.changes == []                    # same inputs: the domain figures agree
 
 
+@pytest.mark.slow
 def test_pytest_benchmark_compare_fail_catches_it(runs):
     """The documented `--benchmark-compare --benchmark-compare-fail=median:25%` fails too."""
     proc = runs["slow_proc"]

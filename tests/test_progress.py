@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import time
+
+import pytest
 
 from eqsat_nb.progress import CompileNotice, Progress
 
@@ -62,14 +62,10 @@ def test_compile_notice_quiet_starts_nothing():
     assert out.getvalue() == "" and not notice.shown
 
 
-def test_first_run_says_it_compiles(tmp_path):
+@pytest.mark.slow
+def test_first_run_says_it_compiles(first_jit_run):
     """`run` with an empty Numba cache and just-in-time kernels (what a first run does where the
     install could not compile them ahead of time) prints the notice on stderr (not with -q)."""
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "EQSAT_NB_JIT": "1"}
-    done = subprocess.run([sys.executable, "-m", "eqsat_nb", "run",
-                           str(root / "ir_examples" / "tiny_mlp.tir"), "--no-verify"],
-                          env=env, capture_output=True, text=True, timeout=900, cwd=root)
+    done, _ = first_jit_run
     assert done.returncode == 0, done.stderr
     assert "compiling kernels (first run only; cached afterwards)" in done.stderr

@@ -80,9 +80,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eqsat_nb.errors import TirError  # noqa: E402
+from eqsat_nb.examples import BENCHMARK_MODELS, resolve_models  # noqa: E402
 
-BENCHMARK = ("bert", "inceptionv3", "mobilenetv2", "nasneta", "nasrnn", "resnet50", "resnext50",
-             "squeezenet", "vgg19", "transformer_transducer", "vit_base", "vit_large", "vit_huge")
 #: what --export writes (tools/export_transformers.py names; ":fp16" exports in that type)
 TRANSFORMERS = ("bert_ts", "distilbert_ts", "vit_base_ts", "gpt2_ts", "llama_small_dynamo:fp16")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -117,13 +116,8 @@ def log(clock: Clock, msg: str) -> None:
 def load_model(name: str) -> dict[str, Any]:
     """{name, path, graph, weights} for an example name or a .tir/.onnx path."""
     from eqsat_nb.commands.run import load_source
-    from eqsat_nb.resources import data_dir
 
-    p = Path(name)
-    if not p.exists():
-        p = data_dir("ir_examples") / f"{name}.tir"
-    if not p.exists():
-        raise TirError(f"no such model file or shipped example {name!r}")
+    (p,) = resolve_models([name])
     graph, weights, _ = load_source(str(p))
     return {"name": p.stem, "path": str(p), "graph": graph, "weights": weights}
 
@@ -912,7 +906,7 @@ def run(args, clock: Clock) -> int:
         log(clock, "exporting " + ", ".join(str(f) for j in jobs if j["proc"]
                                            for f in j["files"]) + " in the background")
     rules = load_rules(None)
-    models = [load_model(n) for n in (args.models or list(BENCHMARK))]
+    models = [load_model(n) for n in (args.models or list(BENCHMARK_MODELS))]
     log(clock, f"{len(models)} models; saturating")
 
     def saturate_all(ms: list[dict[str, Any]]) -> None:

@@ -16,15 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import TirError
-from ..resources import data_dir
+from ..examples import resolve_models
 from .files import check_writable, write_atomic
 from .run import (WHY_SHOWN, add_search_options, cost_model_from_args, describe_cost_model,
                   optimize_and_verify)
-
-BENCHMARK_MODELS = ("bert", "inceptionv3", "mobilenetv2", "nasneta", "nasrnn", "resnet50",
-                    "resnext50", "squeezenet", "vgg19", "transformer_transducer", "vit_base",
-                    "vit_large", "vit_huge")
 
 # Published runtime speed-ups, % (../shared/reference/RESULTS.md): TENSAT (Yang et al. 2021, T4,
 # k_multi 1) and MCTS OCF/ILP (Hartmann et al. 2024, A100, budget 128, node limit 2 000).
@@ -53,22 +48,6 @@ def add_parser(sub: Any) -> None:
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     add_search_options(c)
     c.set_defaults(func=bench_command)
-
-
-def resolve_models(names: list[str]) -> list[Path]:
-    """Paths for model files or shipped example names."""
-    if not names:
-        names = list(BENCHMARK_MODELS)
-    out = []
-    for name in names:
-        p = Path(name)
-        if not p.exists():
-            p = data_dir("ir_examples") / f"{name}.tir"
-        if not p.exists():
-            known = ", ".join(BENCHMARK_MODELS)
-            raise TirError(f"no such model file or shipped example {name!r} (examples: {known})")
-        out.append(p)
-    return out
 
 
 def measure_pair(first, second, repeats: int, warmups: int = 3) -> tuple[float, float]:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import RunStopped, TirError, VerificationError
+from ..onnx_io.input_types import import_shapes
 from .files import write_onnx
 
 
@@ -62,13 +63,6 @@ def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str
     except TirError as e:
         raise TirError(f"{e.message}. Nothing was written") from None
     return v.ok, v.summary()
-
-
-def import_shapes(imp: Any) -> dict[str, tuple[int, ...]]:
-    """The shape each graph input was imported with (symbolic dims fixed or defaulted)."""
-    types = imp.graph.types()
-    return {name: types[ssa].shape for name, ssa in imp.ssa_of.items()
-            if ssa in dict(imp.graph.inputs)}
 
 
 def _fix_interface(model: Any, imp: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:

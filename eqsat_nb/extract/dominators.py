@@ -35,17 +35,12 @@ import numpy as np
 from numba import njit
 
 from ..kernels import kernel
-from .ocf import _popcount, _scc_rank
+from .bits import pop_lowest, popcount
+from .ocf import _scc_rank
 from .problem import ExtractionProblem
 
 MAX_BYTES = 128 * 1024 * 1024      # bitsets larger than this are not built (no rows)
 MAX_CLOSURE_ENTRIES = 400_000       # candidates in all closure rows, at most
-
-
-@njit(cache=True, inline="always")
-def _bit_index(low):
-    """Index of the single set bit of `low`."""
-    return _popcount(low - np.uint64(1))
 
 
 @njit(cache=True)
@@ -172,9 +167,8 @@ def _covers(D, lo, hi, n_classes):
         for w in range(lo[c], hi[c]):
             x = D[c, w]
             while x:
-                low = x & (~x + one)
-                x ^= low
-                k = w * 64 + _bit_index(low)
+                x, b = pop_lowest(x)
+                k = w * 64 + b
                 if k == c:
                     continue
                 for v in range(max(lo[c], lo[k]), min(hi[c], hi[k])):
@@ -185,14 +179,13 @@ def _covers(D, lo, hi, n_classes):
         for w in range(lo[c], hi[c]):
             x = cov[w]
             while x:
-                low = x & (~x + one)
-                x ^= low
+                x, b = pop_lowest(x)
                 if n == out.shape[0]:
                     grown = np.empty((2 * n, 2), np.int64)
                     grown[:n] = out[:n]
                     out = grown
                 out[n, 0] = c
-                out[n, 1] = w * 64 + _bit_index(low)
+                out[n, 1] = w * 64 + b
                 n += 1
     return out[:n].copy()
 
@@ -246,7 +239,7 @@ def _closure(D, lo, hi, node_class, child_start, child_class, class_start, class
         # candidate-set signature per reached class k
         nk = 0
         for w in range(ulo, uhi):
-            nk += _popcount(allu[w])
+            nk += popcount(allu[w])
         ks = np.empty(nk, np.int64)
         sig = np.empty(nk, np.uint64)
         cnt = np.empty(nk, np.int64)
@@ -260,9 +253,9 @@ def _closure(D, lo, hi, node_class, child_start, child_class, class_start, class
         for w in range(ulo, uhi):
             x = allu[w]
             while x:
-                low = x & (~x + one)
-                x ^= low
-                k = w * 64 + _bit_index(low)
+                x, b = pop_lowest(x)
+                k = w * 64 + b
+                low = one << np.uint64(b)
                 h = np.uint64(0)
                 n = 0
                 for j in range(m):
@@ -375,9 +368,8 @@ def _rows(node_class, child_start, child_class, class_start, class_nodes, roots,
         for w in range(lo[r], hi[r]):
             x = D[r, w]
             while x:
-                low = x & (~x + np.uint64(1))
-                x ^= low
-                mandatory[w * 64 + _bit_index(low)] = True
+                x, b = pop_lowest(x)
+                mandatory[w * 64 + b] = True
     pairs = _covers(D, lo, hi, n_classes)
     ck, start, members = _closure(D, lo, hi, node_class, child_start, child_class, class_start,
                                   class_nodes, n_classes, max_entries)

@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from ..kernels import kernel
+from .bits import pop_lowest, popcount
 from .problem import ExtractionProblem
 
 BITSET_BYTES = 64 * 1024 * 1024
@@ -62,23 +63,13 @@ def _parents(node_class, child_start, child_class, n_classes):
 
 
 @njit(cache=True, inline="always")
-def _popcount(x):
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
-
-
-@njit(cache=True, inline="always")
 def _bitsum(x, w, own):
     """sum of own[w * 64 + b] over the set bits b of word x."""
-    one = np.uint64(1)
     u = 0.0
     base = w * 64
     while x:
-        low = x & (~x + one)
-        u += own[base + _popcount(low - one)]
-        x ^= low
+        x, b = pop_lowest(x)
+        u += own[base + b]
     return u
 
 
@@ -331,7 +322,7 @@ def _ocf(node_class, node_cost, child_start, child_class, class_start, class_nod
                                 if nx:
                                     tmp[w] |= nx
                                     u += _bitsum(nx, w, own)
-                                    n_add += _popcount(nx)
+                                    n_add += popcount(nx)
                 else:
                     tmp[:] = 0
             else:

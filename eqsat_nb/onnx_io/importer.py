@@ -39,9 +39,8 @@ from ..ir.ops.onnx_map import Const, NoMap, attrs_of, known, need
 from ..rules.graph_rewrite import raise_idioms
 from .elem_types import TYPE_NAMES, ir_dtype, onnx_elem
 from .exporter import WEIGHTS_KEY
-from .input_types import DEFAULT_DIM, dims_text, infer_types
+from .input_types import DEFAULT_DIM, DegenerateShape, dims_text, infer_types
 from .names import unique
-from .symbolic import DegenerateShape
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.$]")
 _WEIGHT_NAME = re.compile(r"[A-Za-z0-9_.$]+")        # a .tir weight name, without its '@'

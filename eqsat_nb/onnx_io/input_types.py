@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.opaque import ONNX_TO_DTYPE
 from ..ir.ops.onnx_map import Const
@@ -21,6 +22,12 @@ from .elem_types import np_to_onnx
 
 DEFAULT_DIM = 1          # size given to a symbolic dimension (e.g. the batch) not named in `dims`
 SMALL = 4096             # constants up to this many elements take part in shape inference
+
+
+class DegenerateShape(TirError):
+    """The import failed because of the sizes the symbolic dims were analysed at (zero-size
+    values, shape inference refusing them, shapes it cannot derive): other sizes may import
+    (symbolic.py tries them)."""
 
 
 def dims_text(shapes: Mapping[str, list]) -> str:
@@ -86,10 +93,17 @@ def input_dims(imp: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, set[int]
     return shapes, free
 
 
+def import_shapes(imp: Any) -> dict[str, tuple[int, ...]]:
+    """The shape each graph input was imported with (symbolic dims fixed or defaulted)."""
+    types = imp.graph.types()
+    return {name: types[ssa].shape for name, ssa in imp.ssa_of.items()
+            if ssa in dict(imp.graph.inputs)}
+
+
+
 def infer_types(imp: Any) -> None:
     from . import fold
     from .control_flow import empty_in_branches, fold_with_control_flow
-    from .symbolic import DegenerateShape
 
     shapes, free = input_dims(imp)
     known = {k: c.value for k, c in imp.consts.items()

@@ -25,14 +25,10 @@ import time
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import TirError
+from .input_types import DegenerateShape, input_dims
 
 SEARCH = tuple(2 ** k for k in range(1, 14))     # 2 ... 8192
 SEARCH_SECONDS = 120.0                            # the whole search, at most
-
-
-class DegenerateShape(TirError):
-    """The import failed because of the sizes the symbolic dims were analysed at (zero-size
-    values, shape inference refusing them, shapes it cannot derive)."""
 
 
 def import_at_working_sizes(make: Callable[[Mapping[str, int]], Any],
@@ -51,7 +47,6 @@ def import_at_working_sizes(make: Callable[[Mapping[str, int]], Any],
     tried: set[tuple[tuple[str, int], ...]] = set()
 
     imported_only: list[tuple[Any, Any]] = []    # imports, but onnxruntime refuses the sizes
-    from .input_types import input_dims
 
     def attempt(sizes: Mapping[str, int]) -> tuple[Any, Any] | None:
         key = tuple(sorted(sizes.items()))

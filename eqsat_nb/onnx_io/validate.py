@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .. import external_data
 from ..errors import TirError
 from ..ir.parse import MAX_DIM, MAX_ELEMENTS      # beyond these a tensor is not a real one
 from . import external
@@ -51,7 +52,7 @@ def load_checked(path: str | Path) -> Any:
     check_frame(model, source)
     # onnx.checker cannot read sparse tensors kept in external files (onnxruntime can): those
     # models are checked in memory once their data are read
-    sparse_outside = any(map(external.is_external, external.all_tensors(model, True)))
+    sparse_outside = any(map(external_data.is_external, external_data.all_tensors(model, True)))
     if not sparse_outside:
         check_file(path, model)
     try:
@@ -111,8 +112,8 @@ _FIELDS = {1: "float_data", 2: "int32_data", 3: "int32_data", 4: "int32_data",
 
 def check_tensors(model: Any, source: str) -> None:
     """Every tensor held in the file has as many values as its dims say."""
-    for t in external.all_tensors(model):
-        if external.is_external(t):
+    for t in external_data.all_tensors(model):
+        if external_data.is_external(t):
             continue
         if any(d < 0 for d in t.dims):
             raise TirError(f"tensor '{t.name}' has a negative dimension: {list(t.dims)}",
@@ -124,7 +125,7 @@ def check_tensors(model: Any, source: str) -> None:
             raise TirError(f"tensor '{t.name}' has dims {list(t.dims)}: {n:.3g} elements, "
                            f"more than any real tensor (at most 2^40)", file=source)
         if t.HasField("raw_data"):
-            need, have, unit = external.expected_bytes(t), len(t.raw_data), "bytes"
+            need, have, unit = external_data.expected_bytes(t), len(t.raw_data), "bytes"
         else:
             fld = _FIELDS.get(t.data_type)
             if fld is None:
@@ -159,7 +160,7 @@ def densify(model: Any, source: str) -> None:
             n = 1
             for d in dims:
                 n *= d
-            size = n * (external._ITEMSIZE.get(s.values.data_type) or 1)
+            size = n * (external_data.ITEMSIZE.get(s.values.data_type) or 1)
             memory = _memory_bytes()
             if any(d < 0 for d in dims) or n > MAX_ELEMENTS or (memory and size > memory // 4):
                 raise TirError(f"sparse initializer '{name}' has dims {dims}: as a dense "
@@ -343,10 +344,10 @@ def skeleton(model: Any) -> Any:
     shape inference: the constants shapes are computed from are small and stay whole."""
     import onnx
 
-    split = external._Splitter("-", _SMALL_TENSOR)
+    split = external_data.Splitter("-", _SMALL_TENSOR)
     copy = split.model(model)
-    for t in external.all_tensors(copy):
-        if external.is_external(t) and external._entries(t).get("location") == "-":
+    for t in external_data.all_tensors(copy):
+        if external_data.is_external(t) and external_data.entries(t).get("location") == "-":
             del t.external_data[:]
             t.data_location = onnx.TensorProto.DEFAULT
             t.raw_data = b""
@@ -477,7 +478,7 @@ def _check_sizes(model: Any, shapes: dict, source: str) -> None:
         n = 1
         for d in dims:
             n *= d
-        size = n * (external._ITEMSIZE.get(elem) or 1)
+        size = n * (external_data.ITEMSIZE.get(elem) or 1)
         why = None
         if any(d > MAX_DIM for d in dims):
             why = "a dimension larger than any real tensor (at most 2^31 - 1)"
@@ -509,13 +510,14 @@ def check_runs(imp: Any, source: str) -> None:
     runs stop at the enclosing `stopping.time_limit` (RunStopped)."""
     import onnxruntime as ort
 
-    from ..commands.onnx_out import import_shapes
     from ..errors import RunStopped
     from ..runtime import session_options
     from ..stopping import run_until
+    from .input_types import import_shapes
     from .measure import random_feeds
 
-    if sum(map(external.data_bytes, external.all_tensors(imp.model))) > RUN_CHECK_BYTES:
+    if sum(map(external_data.data_bytes,
+               external_data.all_tensors(imp.model))) > RUN_CHECK_BYTES:
         return
     so = session_options(1)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

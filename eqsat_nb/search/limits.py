@@ -1,9 +1,11 @@
-"""Saturation limits and the command's time budget, importable without loading the Numba kernels
-(the CLI builds its option defaults from them)."""
+"""Saturation limits, importable without loading the Numba kernels (the CLI builds its option
+defaults from them), and the command's time budget (work_clock.py), importable from here too."""
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from ..work_clock import (Budget, compile_seconds, compiling_for, track_compilation,  # noqa: F401
+                          work_clock)
 
 
 @dataclass(frozen=True)
@@ -35,74 +37,3 @@ class Limits:
     # measured (a100, the 13 models): 0.35-0.6 keep BERT's matmul reassociations (35.3 %) and
     # ban ViT-Base's ewadd reassociations (22 000 nodes the ILP cannot close in 60 s)
     budget_share: float | None = 0.5
-
-
-# ------------------------------------------------------------------ the command's time budget
-# `eqsat-nb run --time-limit` is a wall-clock budget for the work. Numba compiles each kernel the
-# first time it is used with an empty cache: tens of seconds on a first run. That time is not work
-# and would make a first run's results differ from later ones, so it is not counted: the "work
-# clock" is the wall clock less the time spent in Numba compilations ("numba:compile" events)
-# since `track_compilation()`. Loading compiled kernels from the cache (about a second per run)
-# is counted. Without tracking the work clock is the wall clock.
-_compiling = {"depth": 0, "since": 0.0, "total": 0.0, "tracking": False}
-
-
-def compile_seconds() -> float:
-    """Seconds spent compiling or loading Numba kernels since `track_compilation()` (0 before)."""
-    return _compiling["total"] + compiling_for()
-
-
-def compiling_for() -> float:
-    """Seconds the Numba compilation in progress has been running (0 when none is)."""
-    c = _compiling
-    return time.perf_counter() - c["since"] if c["depth"] else 0.0
-
-
-def work_clock() -> float:
-    """`time.perf_counter()` less the Numba compilation time (see above)."""
-    return time.perf_counter() - compile_seconds()
-
-
-def track_compilation() -> None:
-    """Start counting Numba compilation time (once per process; loads numba)."""
-    if _compiling["tracking"]:
-        return
-    from numba.core import event
-
-    class _Timer(event.Listener):
-        def on_start(self, ev) -> None:
-            if _compiling["depth"] == 0:
-                _compiling["since"] = time.perf_counter()
-            _compiling["depth"] += 1
-
-        def on_end(self, ev) -> None:
-            _compiling["depth"] -= 1
-            if _compiling["depth"] == 0:
-                _compiling["total"] += time.perf_counter() - _compiling["since"]
-
-    event.register("numba:compile", _Timer())
-    _compiling["tracking"] = True
-
-
-@dataclass
-class Budget:
-    """A wall-clock budget in seconds of work (compilation excluded), started at creation."""
-
-    seconds: float
-    start: float = field(default_factory=work_clock)
-    compile_start: float = field(default_factory=compile_seconds)
-
-    def elapsed(self) -> float:
-        return work_clock() - self.start
-
-    def left(self) -> float:
-        return self.seconds - self.elapsed()
-
-    @property
-    def deadline(self) -> float:
-        """The end of the budget on the work clock."""
-        return self.start + self.seconds
-
-    def compile_spent(self) -> float:
-        """Seconds of Numba compilation since the budget started (not counted in it)."""
-        return compile_seconds() - self.compile_start

@@ -21,7 +21,7 @@ def models(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def order(*runs: dict[str, Any]) -> list[str]:
     """The benchmark models, then the exported ones, then any other model a run holds."""
-    from eqsat_nb.commands.bench import BENCHMARK_MODELS
+    from eqsat_nb.examples import BENCHMARK_MODELS
 
     names = {n for r in runs for n in models(r)}
     known = [n for n in BENCHMARK_MODELS + EXPORTED if n in names]
