@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .bfloat16 import from_bits, host_array, is_bfloat16_array, round_bf16, to_bits
-from .opaque import NP_DTYPES
+from .dtypes import NP_DTYPES
 
 BFLOAT16 = 16             # onnx.TensorProto.BFLOAT16
 _EXTERNAL = 1             # onnx.TensorProto.EXTERNAL

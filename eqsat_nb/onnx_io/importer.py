@@ -39,7 +39,8 @@ from ..ir.ops.onnx_map import Const, NoMap, attrs_of, known, need
 from ..rules.graph_rewrite import raise_idioms
 from .elem_types import TYPE_NAMES, ir_dtype, onnx_elem
 from .exporter import WEIGHTS_KEY
-from .input_types import DEFAULT_DIM, DegenerateShape, dims_text, infer_types
+from .input_types import (DEFAULT_DIM, DegenerateShape, dims_text, infer_types,  # noqa: F401
+                          initializer_const)
 from .names import unique
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.$]")
@@ -451,11 +452,6 @@ class _Importer:
             return "none", None
         self.skip.add(k)
         return act, nxt.output[0]
-
-
-def initializer_const(t: Any) -> Const:
-    """The constant an initializer (TensorProto) holds (ValueError if unreadable)."""
-    return Const(to_array(t), False, bf16=t.data_type == BFLOAT16)
 
 
 def default_opset(model: Any) -> int:

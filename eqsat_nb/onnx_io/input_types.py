@@ -20,6 +20,12 @@ from ..ir.ops.onnx_map import Const
 from ..ir.tensors import dtype_of_array
 from .elem_types import np_to_onnx
 
+def initializer_const(t: Any) -> Const:
+    """The constant an initializer (TensorProto) holds (ValueError if unreadable)."""
+    from ..ir.tensors import BFLOAT16, to_array
+    return Const(to_array(t), False, bf16=t.data_type == BFLOAT16)
+
+
 DEFAULT_DIM = 1          # size given to a symbolic dimension (e.g. the batch) not named in `dims`
 SMALL = 4096             # constants up to this many elements take part in shape inference
 
@@ -118,7 +124,6 @@ def infer_types(imp: Any) -> None:
         raise imp.err(f"'{empty[1]}', computed in a branch, has a zero-size dimension at "
                       f"these sizes", empty[0], DegenerateShape)
     if res.model is not imp.model:          # If nodes with a constant condition inlined
-        from .importer import initializer_const
         imp.model = res.model
         imp.index_nodes(imp.model.graph)
         for t in imp.model.graph.initializer:

@@ -86,7 +86,7 @@ def cannot_time(model: Any, feeds: Mapping[str, np.ndarray]) -> str | None:
     here (a failure of theirs is an error the caller reports)."""
     from ..precision import onnx_half_types
     from ..runtime import session
-    from .validate import ort_located
+    from .ort_errors import ort_located
 
     from ..errors import RunStopped
     from ..stopping import run_until

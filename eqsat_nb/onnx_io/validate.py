@@ -33,6 +33,7 @@ from .. import external_data
 from ..errors import TirError
 from ..ir.parse import MAX_DIM, MAX_ELEMENTS      # beyond these a tensor is not a real one
 from . import external
+from .ort_errors import _label, _untagged, ort_located, ort_message  # noqa: F401 - re-exported
 
 RUN_CHECK_BYTES = 256 << 20  # run the input once in onnxruntime when its tensors are this small
 _SMALL_TENSOR = 1 << 16      # bytes: tensors kept whole for shape inference (shape constants)
@@ -275,17 +276,6 @@ def _probe_onnxruntime(model: Any, source: str) -> None:
                        f"{ort_message(e)}", file=source) from None
 
 
-def ort_message(e: BaseException | str) -> str:
-    """onnxruntime's message without its status prefix and C++ source location."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
-    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
-    text = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\) (?=[A-Z]|status)", "", text)
-    text = re.sub(r"/onnxruntime_src/.*? was false\. ", "", text)    # ORT_ENFORCE's form
-    text = re.sub(r"status\.IsOK\(\) was false\. |\b\w+\.(cc|h):\d+ ", "", text)
-    text = re.sub(r"^Load model from .*? failed:", "", text)
-    return " ".join(text.split())[:600]
-
-
 # ------------------------------------------------------------------ 4. onnx.checker
 def _opset(model: Any) -> int | None:
     """The model's ai.onnx opset (for naming nodes in errors)."""
@@ -323,19 +313,6 @@ def locate(text: str, opset: int | None = None) -> str:
     if m:
         return f"{_label(m.group(1), m.group(2), opset)}: {head}"
     return head
-
-
-def _untagged(text: str) -> str:
-    """A message without its leading "[ShapeInferenceError]"-style tags."""
-    return re.sub(r"^(\[\w+\]\s*)+", "", text.strip()).strip()
-
-
-def _label(name: str, op: str, opset: int | None = None) -> str:
-    """How errors name a node: "node 'conv0' (Conv, opset 17)", or "Conv node" unnamed."""
-    where = f", opset {opset}" if opset else ""
-    if name:
-        return f"node '{name}' ({op}{where})"
-    return f"{op} node (opset {opset})" if opset else f"{op} node"
 
 
 # ------------------------------------------------------------------ 5. shapes and attributes
@@ -510,9 +487,7 @@ def check_runs(imp: Any, source: str) -> None:
     runs stop at the enclosing `stopping.time_limit` (RunStopped)."""
     import onnxruntime as ort
 
-    from ..errors import RunStopped
     from ..runtime import session_options
-    from ..stopping import run_until
     from .input_types import import_shapes
     from .measure import random_feeds
 
@@ -587,22 +562,3 @@ def _widened_session(model: Any, so: Any) -> Any:
         return None
 
 
-_ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", re.S)
-_ORT_LOAD = re.compile(r"Node \(([^)]*)\) Op \((\w+)\) (.*)", re.S)
-_ORT_KERNEL = re.compile(r"(Could not find an implementation for (\w+)\(\d+\) node with name "
-                         r"'([^']*)'.*)", re.S)
-
-
-def ort_located(e: BaseException) -> str:
-    """onnxruntime's message with the node it names first: "node 'n' (Op): what"."""
-    text = ort_message(e)
-    m = _ORT_NODE.search(text)
-    if m:
-        return f"{_label(m.group(2), m.group(1))}: {_untagged(m.group(3))}"
-    m = _ORT_LOAD.search(text)
-    if m:
-        return f"{_label(m.group(1), m.group(2))}: {_untagged(m.group(3))}"
-    m = _ORT_KERNEL.search(text)
-    if m:
-        return f"{_label(m.group(3), m.group(2))}: {m.group(1)} (no kernel for these types)"
-    return text
