@@ -24,6 +24,7 @@ from typing import Sequence
 
 from ..ir.cse import cse
 from ..ir.graph import Graph, Node
+from ..ir.names import unique
 from .pieces import Piece, canonical_attrs, correspondence, expression_keys, is_constant
 
 
@@ -59,7 +60,7 @@ def for_copy(optimized: Graph, graph: Graph, rep: Piece, copy: Piece, taken: set
             elif r in expected and expected[r] not in used:
                 n = expected[r]              # a new value the copy's readers outside read
             else:
-                n = _fresh(r, taken)
+                n = unique(r, taken)
             used.add(n)
             names[r] = n
             results.append(n)
@@ -75,15 +76,6 @@ def for_copy(optimized: Graph, graph: Graph, rep: Piece, copy: Piece, taken: set
         nodes.append(Node(node.op, inputs, attrs, tuple(results), node.types, node.loc))
     return Graph(name or optimized.name, tuple((names[v], t) for v, t in optimized.inputs),
                  tuple(nodes), tuple(names[v] for v in optimized.outputs))
-
-
-def _fresh(value: str, taken: set[str]) -> str:
-    name, k = value, 1
-    while name in taken:
-        name = f"{value}_{k}"
-        k += 1
-    taken.add(name)
-    return name
 
 
 def _opaque_counterparts(graph: Graph, rep: Piece, copy: Piece) -> dict[tuple, tuple]:
@@ -126,7 +118,7 @@ def assemble(graph: Graph, parts: Sequence[tuple[Graph, Piece]]) -> Graph:
             if first is not None:
                 if first == node:
                     continue            # a constant several pieces read: defined once
-                fresh = tuple(_fresh(r, taken) for r in node.results)
+                fresh = tuple(unique(r, taken) for r in node.results)
                 local.update(zip(node.results, fresh))
                 node = replace(node, results=fresh)
             for r in node.results:

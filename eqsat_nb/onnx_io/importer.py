@@ -41,7 +41,7 @@ from .elem_types import TYPE_NAMES, ir_dtype, onnx_elem
 from .exporter import WEIGHTS_KEY
 from .input_types import (DEFAULT_DIM, DegenerateShape, dims_text, infer_types,  # noqa: F401
                           initializer_const)
-from .names import unique
+from ..ir.names import unique
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.$]")
 _WEIGHT_NAME = re.compile(r"[A-Za-z0-9_.$]+")        # a .tir weight name, without its '@'

@@ -24,7 +24,7 @@ from ..ir.tensors import as_dtype, from_array
 from .exporter import _Writer
 from .importer import default_opset
 from .read import OnnxImport
-from .names import unique
+from ..ir.names import unique
 from .tidy import compact_concat, flatten_splits
 
 Key = tuple
