@@ -20,6 +20,7 @@ import numpy as np
 from ..check_outputs import Verification, worst_over
 from ..errors import RunStopped, TirError
 from ..precision import HALF, check_precision, tolerance
+from .ort_errors import ort_located
 from .widen import widen, widen_feeds
 
 Feeds = Mapping[str, np.ndarray]
@@ -71,8 +72,8 @@ def check_models(before: Any, after: Any, feeds_list: Sequence[Feeds],
                           tolerance=tol)
     except _CannotRun as e:
         if e.what.startswith("the input model"):
-            raise TirError(f"onnxruntime cannot run {e.what}: {_located(e.error)}") from None
-        raise TirError(f"onnxruntime cannot run {e.what}: {_located(e.error)}; nothing was "
+            raise TirError(f"onnxruntime cannot run {e.what}: {ort_located(e.error)}") from None
+        raise TirError(f"onnxruntime cannot run {e.what}: {ort_located(e.error)}; nothing was "
                        f"written") from None
 
 
@@ -95,11 +96,6 @@ def _checked(runner: Callable, model: Any, what: str) -> Callable[[Feeds], list]
         except Exception as e:      # noqa: BLE001
             raise _CannotRun(what, e) from None
     return call
-
-
-def _located(e: BaseException) -> str:
-    from .validate import ort_located
-    return ort_located(e)
 
 
 def _first_line(e: BaseException) -> str:
