@@ -462,8 +462,19 @@ def estimate_verification(original: Graph, optimized: Graph | None,
         kept = min(EQUAL_VALUES_BYTES, _computed_bytes(both))
         peak = max(run_peak + kept, outs + compare_ws)
         seconds = run_s + outs / _BYTES_PER_S
+    # weights read from a mapped file (mapped_data.py) stay resident while the graphs run:
+    # their pages are memory the check takes, where weights held in memory already were
+    peak += _mapped_bytes([original] + ([optimized] if optimized is not None else []), given)
     # the simulation was within -35 % .. +125 % of tracemalloc's peak on ir_examples/: a margin
     return VerifyCost(int(peak * MEMORY_MARGIN), seeds * seconds)
+
+
+def _mapped_bytes(graphs: Sequence[Graph], given: Mapping[str, Any]) -> int:
+    """Bytes of the mapped weights (mapped_data.is_mapped) the graphs read."""
+    from .mapped_data import is_mapped
+
+    names = {n.attr["name"] for g in graphs for n in g.weights()}
+    return sum(given[k].nbytes for k in names if k in given and is_mapped(given[k]))
 
 
 def available_memory() -> int | None:

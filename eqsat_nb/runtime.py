@@ -36,11 +36,16 @@ def quiet_run() -> Any:
     return ro
 
 
-def session(model: Any, threads: int = 1) -> Any:
-    """A CPU inference session for an `onnx.ModelProto`."""
+def session(model: Any, threads: int = 1, so: Any = None) -> Any:
+    """A CPU inference session for an `onnx.ModelProto` (`so`: its options, default
+    `session_options(threads)`). A model that keeps external references to the data of the
+    input being optimized (mapped_data.py) reads them from the input's folder."""
     import onnxruntime as ort
 
-    so = session_options(threads)
+    so = so or session_options(threads)
+    folder = _data_folder(model)
+    if folder is not None:
+        return _session_with_data(model, so, folder)
     if not needs_external(model):
         return ort.InferenceSession(model.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
@@ -48,3 +53,42 @@ def session(model: Any, threads: int = 1) -> Any:
         path = Path(tmp) / "model.onnx"
         save_split(model, path)
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+
+
+def _data_folder(model: Any) -> Path | None:
+    """The folder of the mapped data in use when `model` refers to external files, else None."""
+    from .external_data import is_external
+    if not any(is_external(t) for t in model.graph.initializer):
+        return None
+    from .mapped_data import current
+    data = current()
+    return None if data is None else data.base
+
+
+def _session_with_data(model: Any, so: Any, folder: Path) -> Any:
+    """A session of a model whose initializers are in files of `folder`: the serialized model
+    with onnxruntime told that folder (onnxruntime >= 1.19); older releases, which lack that
+    setting, load it from a scratch folder whose data files link to the originals."""
+    import onnxruntime as ort
+
+    from .external_data import data_files
+
+    so.add_session_config_entry(_FOLDER_KEY, str(folder))
+    try:
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as first:      # noqa: BLE001 - an old onnxruntime: try the links
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                for loc in data_files(model):
+                    link = Path(tmp) / loc
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    link.symlink_to((folder / loc).resolve())
+                path = Path(tmp) / "model.onnx"
+                path.write_bytes(model.SerializeToString())
+                return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            except Exception:       # noqa: BLE001 - the first refusal is the one to report
+                raise first from None

@@ -36,10 +36,13 @@ def check_tir_output(path: str | None, onnx_option: str | None = None) -> None:
         raise TirError(f"-o writes the graph as .tir text, not ONNX{hint}", file=path)
 
 
-def write_onnx(path: str, model: Any, force: bool = True, taken: tuple[Path, ...] = ()
-               ) -> list[str]:
+def write_onnx(path: str, model: Any, force: bool = True, taken: tuple[Path, ...] = (),
+               source: str | None = None) -> list[str]:
     """Write an ONNX model atomically, checked by onnx.checker; a model too large for protobuf
-    keeps its weights in a data file beside it (onnx_io/external.py). The files written."""
+    keeps its weights in a data file beside it (onnx_io/external.py). `source`: the input
+    file whose data files the model still refers to (a mapped read, mapped_data.py): those
+    tensors are copied file to file into OUT's data file. The files written."""
     from ..onnx_io.external import write_model
 
-    return write_model(path, model, force, taken)
+    origin = None if source is None else (Path(source).parent, source)
+    return write_model(path, model, force, taken, source=origin)

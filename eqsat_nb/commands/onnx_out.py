@@ -65,6 +65,62 @@ def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str
     return v.ok, v.summary()
 
 
+def whole_check_too_big(model: Any, args: Any) -> str | None:
+    """Why the whole model is not checked in onnxruntime (its estimated memory is over
+    --verify-memory, default half the available memory), None when it fits."""
+    from ..check_outputs import available_memory, human_bytes
+    from ..onnx_io.check import check_bytes
+
+    limit = getattr(args, "verify_memory", None)
+    whose = "--verify-memory"
+    if limit is None:
+        avail = available_memory()
+        limit, whose = (avail // 2 if avail is not None else None), "half the available memory"
+    need = check_bytes(model)
+    if limit is None or need <= limit:
+        return None
+    return (f"the whole model was not run in onnxruntime: that needs about {human_bytes(need)}, "
+            f"over {whose} ({human_bytes(limit)})")
+
+
+def check_layers_in_onnxruntime(run: Any, weights: Any, seed: int = 0) -> tuple[bool, str]:
+    """Each rewritten layer class in onnxruntime: its representative before and after the
+    rewrite, written as ONNX models with that layer's own weights (read from the input's files
+    one layer at a time) and run on the same random activations under the rule of their
+    precision (`onnx_io.check.check_models`). (all equal, the summary)."""
+    from ..mapped_data import release
+    from ..onnx_io.check import check_models
+    from ..onnx_io.exporter import to_onnx
+    from ..onnx_io.measure import random_feeds
+
+    worst, checked, texts = None, 0, []
+    for r in run.runs:
+        if not r.changed:
+            continue
+        before, after = r.originals[0], r.optimized[0]
+        names = {n.attr["name"] for g in (before, after) for n in g.weights()}
+        own = {k: weights[k] for k in names if k in weights}
+        a, b = to_onnx(before, own, seed=seed), to_onnx(after, own, seed=seed)
+        v = check_models(a, b, [random_feeds(a, seed=seed)])
+        del a, b, own
+        release()
+        checked += 1
+        texts.append(f"{r.name}: {v.summary()}")
+        if not v.ok:
+            return False, texts[-1]
+        if worst is None or _excess(v) > _excess(worst):
+            worst = v
+    if worst is None:
+        return True, "no layer was rewritten"
+    return True, (f"{checked} rewritten layer class{'es' if checked != 1 else ''} checked one "
+                  f"layer at a time, their representatives with their own weights; worst "
+                  f"{worst.summary()}")
+
+
+def _excess(v: Any) -> float:
+    return max((o.worst_excess for o in v.outputs), default=0.0)
+
+
 def _fix_interface(model: Any, imp: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
     """Write the sizes the result was optimized for into its graph inputs and outputs."""
     for vi in model.graph.input:
@@ -121,7 +177,25 @@ def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
     seeds = range(args.seed, args.seed + max(1, args.verify_seeds))
     feeds = [random_feeds(imp.model, seed=s, shapes=shapes) for s in seeds]
     outcome = OnnxOutcome("optimized", "")
-    if not args.no_verify:
+    too_big = None if args.no_verify else whole_check_too_big(imp.model, args)
+    if too_big and (result.layers is None or result.layers.whole):
+        how = copy_input(args.model, out, imp.model, args.force)
+        return OnnxOutcome("input unchanged", f"{too_big}, and the model has no repeated "
+                           f"layers to check one at a time: nothing unchecked is written{how}")
+    copies = None if result.layers is None else result.layers.check
+    if too_big and (copies is None or not copies.ok or copies.skipped):
+        how = copy_input(args.model, out, imp.model, args.force)
+        why = copies.skipped if copies is not None else "the copies were not checked"
+        return OnnxOutcome("input unchanged", f"{too_big}, and not every rewritten layer was "
+                           f"checked with its own weights ({why}): nothing unchecked is "
+                           f"written{how}")
+    if too_big:
+        ok, text = check_layers_in_onnxruntime(result.layers, imp.weights, args.seed)
+        outcome.onnxruntime_check = f"{too_big}; {text}"
+        if not ok:
+            raise VerificationError(f"a rewritten layer does not match the original in "
+                                    f"onnxruntime: {text}. Nothing was written.", file=out)
+    elif not args.no_verify:
         try:
             ok, text = compare_in_onnxruntime(imp.model, spliced, feeds)
         except TirError as e:
@@ -172,7 +246,8 @@ def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
             return outcome
     else:
         outcome.reason = "not measured (--no-measure)"
-    write_onnx(out, spliced, args.force, taken=_input_files(args.model))
+    write_onnx(out, spliced, args.force, taken=_input_files(args.model),
+               source=args.model if imp.data is not None else None)
     return outcome
 
 

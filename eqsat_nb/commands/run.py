@@ -216,7 +216,8 @@ def add_parser(sub: Any) -> None:
                    "other weights), optimize one copy per distinct layer and repeat its rewrite "
                    "on every copy, each checked with its own weights: auto (default) where that "
                    "pays (at most half of the graph's nodes optimized, a whole e-graph of 10 000 "
-                   "nodes or more), on whenever layers repeat; off: optimize the graph as one")
+                   "nodes or more) or where the whole graph's check would not fit "
+                   "--verify-memory, on whenever layers repeat; off: optimize the graph as one")
     o = c.add_argument_group("ONNX models")
     o.add_argument("--measure", dest="measure", action="store_true", default=None,
                    help="time the optimized ONNX model against the input in onnxruntime and "
@@ -273,8 +274,6 @@ def _run_command(args: argparse.Namespace, budget: Any) -> int:
     check_tir_output(args.output, "--onnx")
     for out in (args.output, args.onnx, args.report):
         check_writable(out, args.force)
-    from ..rules.parse import load_rules
-
     t = time.perf_counter()
     dims, shapes = shape_options(args)
     try:
@@ -286,6 +285,15 @@ def _run_command(args: argparse.Namespace, budget: Any) -> int:
         for out in (args.output, args.onnx, args.report):
             if out:
                 check_output(args.model, out)
+    from ..mapped_data import use
+    with use(imp.data if imp is not None else None):     # a large model's weights, mapped
+        return _optimize_and_write(args, budget, graph, weights, imp, dims, shapes, t)
+
+
+def _optimize_and_write(args: argparse.Namespace, budget: Any, graph: Any, weights: Any,
+                        imp: Any, dims: Any, shapes: Any, t: float) -> int:
+    from ..rules.parse import load_rules
+
     rules = load_rules(args.rules or None)
     if imp is not None and not args.rules:    # idioms import left decomposed (rules/idioms/)
         from ..rules.graph_rewrite import idioms_for_search
@@ -296,6 +304,10 @@ def _run_command(args: argparse.Namespace, budget: Any) -> int:
         from ..onnx_io.splice import rules_for_opset
         rules, dropped = rules_for_opset(list(rules), default_opset(imp.model))
     load_s = time.perf_counter() - t
+    if imp is not None and args.onnx and not args.no_verify and args.layers == "auto":
+        from .onnx_out import whole_check_too_big
+        if whole_check_too_big(imp.model, args):   # checked in onnxruntime one layer at a time
+            args.layers = "on"
     cost_model = cost_model_from_args(args, graph)
     result, check = optimize_and_verify(graph, weights, cost_model, rules, args, budget)
     result.times = {"load": load_s, **result.times}
@@ -368,15 +380,18 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     options = options_from_args(args)
     seeds = tuple(range(args.seed, args.seed + args.verify_seeds))
     reserve = 0.0
+    layers = getattr(args, "layers", "off")
     if not args.no_verify:      # the optimized graph is not known yet: plan for the worst case
-        _, reserve = plan_verification(graph, None, weights, args, budget, seeds)
+        whole, reserve = plan_verification(graph, None, weights, args, budget, seeds)
+        if layers == "auto" and whole is not None and whole.reason == "memory":
+            layers = "on"       # the whole graph's check does not fit: one layer's does
     if budget is not None:
         options = dataclasses.replace(options, budget=budget, reserve=reserve)
     total = options.limits.iter_limit if options.search == "saturate" else None
     with Progress(f"{Path(args.model).name}: {options.search}", total,
                   quiet=args.quiet) as bar, CompileNotice(quiet=args.quiet):
         result, layered = optimize_model(
-            graph, cost_model, rules, options, getattr(args, "layers", "off"),
+            graph, cost_model, rules, options, layers,
             on_iteration=lambda it: bar.update(it.index, f"{it.nodes} nodes, "
                                                          f"{it.classes} classes"),
             on_decision=lambda d: bar.update(d.index, f"{d.action}, {d.nodes} nodes"))
@@ -385,6 +400,7 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     if args.no_verify:
         return result, None
     from ..check_outputs import NotVerified, VerificationStopped, verify_graphs
+    from ..mapped_data import release
     if not result.improved:
         return result, NotVerified("unchanged", "unchanged, nothing to verify", seeds)
     if layered is not None:
@@ -409,6 +425,7 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
         check = NotVerified("memory", "not verified: verification ran out of memory; the "
                             "optimized graph's outputs were not compared with the original's. "
                             "--verify-memory sets the memory verification may plan to use", seeds)
+    release()           # a mapped model's weights read by the check leave memory
     result.times["verify"] = time.perf_counter() - t
     if isinstance(check, NotVerified):
         warn(check.message)

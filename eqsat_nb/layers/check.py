@@ -4,7 +4,8 @@ Each rewritten piece (every copy of every layer class whose representative chang
 of the graph if it changed) is checked as a function of its own: the copy before and after, run
 in the reference interpreter on the same random activations at its inputs' shapes, with the
 real weights of that copy (`check_outputs.verify_graphs`, under the rule of the piece's
-precision). One copy at a time, so the memory needed is one layer's, whatever the model's size:
+precision). One copy at a time, so the memory needed is one layer's, whatever the model's size
+(a mapped model's pages are given back after each copy, mapped_data.release):
 this is what checks a model whose whole-graph check does not fit `--verify-memory`, and it
 checks the renaming too (a copy that read another copy's weights would differ).
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..check_outputs import Verification, estimate_verification, verify_graphs
+from ..mapped_data import release
 from .repeat import LayerRun
 
 
@@ -92,6 +94,7 @@ def check_copies(run: LayerRun, weights: Mapping[str, Any] | None, seeds: Sequen
         checked = 0
         for k, (before, after) in enumerate(zip(r.originals, r.optimized)):
             v = verify_graphs(before, after, weights, seeds=seeds, deadline=deadline)
+            release()       # the copy's mapped weights leave memory before the next is read
             checked += 1
             if out.worst is None or _excess(v) > _excess(out.worst):
                 out.worst = v

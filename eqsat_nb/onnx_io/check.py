@@ -13,7 +13,7 @@ under the rule of the models' precision (`precision.tolerance`):
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -41,35 +41,43 @@ def check_models(before: Any, after: Any, feeds_list: Sequence[Feeds],
     names = [o.name for o in before.graph.output]
     seeds = tuple(range(len(feeds_list)))
 
-    def runner(model: Any, what: str) -> Callable[[Feeds], list[np.ndarray]]:
+    def outputs(model: Any, what: str, feeds: Sequence[Feeds]) -> list[list[np.ndarray]]:
+        """`model`'s outputs on each feed set: one session, gone before the next is made
+        (the memory of a check is one model's, whatever the size)."""
         try:
             s = session(model)
         except Exception as e:      # noqa: BLE001 - the caller decides what a failure means
             raise _CannotRun(what, e) from None
-        return lambda feeds: run_until(s, names, feeds, what=f"onnxruntime's run of {what} "
-                                       f"for the comparison")
+        out = []
+        for f in feeds:
+            try:
+                out.append(run_until(s, names, f, what=f"onnxruntime's run of {what} for the "
+                                     f"comparison"))
+            except RunStopped:      # the time limit, not the model: the caller says so
+                raise
+            except Exception as e:  # noqa: BLE001 - onnxruntime may fail only when a kernel runs
+                raise _CannotRun(what, e) from None
+        return out
 
     try:
         if precision not in HALF:
-            a = _checked(runner, before, "the input model")
-            b = _checked(runner, after, "the optimized model")
-            return worst_over(names, ((a(f), b(f)) for f in feeds_list), seeds, tolerance=tol)
-        ref = _checked(runner, widen(before), "the input model widened to float32")
+            a = outputs(before, "the input model", feeds_list)
+            b = outputs(after, "the optimized model", feeds_list)
+            return worst_over(names, zip(a, b), seeds, tolerance=tol)
         wide = [widen_feeds(f) for f in feeds_list]
+        ref = outputs(widen(before), "the input model widened to float32", wide)
         try:
-            a = _checked(runner, before, "the input model")
-            outs = [(ref(w), a(f)) for w, f in zip(wide, feeds_list)]
+            a = outputs(before, "the input model", feeds_list)
         except _CannotRun as e:
             if e.what != "the input model":
                 raise
-            b = _checked(runner, widen(after), "the optimized model widened to float32")
+            b = outputs(widen(after), "the optimized model widened to float32", wide)
             note = (f"onnxruntime cannot run the model in {precision} on this CPU "
                     f"({_first_line(e.error)}): both compared widened to float32")
-            return worst_over(names, ((ref(w), b(w)) for w in wide), seeds,
-                              tolerance=tolerance("fp32"), note=note)
-        b = _checked(runner, after, "the optimized model")
-        return worst_over(names, ((r, o, b(f)) for (r, o), f in zip(outs, feeds_list)), seeds,
-                          tolerance=tol)
+            return worst_over(names, zip(ref, b), seeds, tolerance=tolerance("fp32"),
+                              note=note)
+        b = outputs(after, "the optimized model", feeds_list)
+        return worst_over(names, zip(ref, a, b), seeds, tolerance=tol)
     except _CannotRun as e:
         if e.what.startswith("the input model"):
             raise TirError(f"onnxruntime cannot run {e.what}: {ort_located(e.error)}") from None
@@ -83,21 +91,21 @@ class _CannotRun(Exception):
         self.what, self.error = what, error
 
 
-def _checked(runner: Callable, model: Any, what: str) -> Callable[[Feeds], list]:
-    """`runner(model, what)` whose run failures are `_CannotRun` naming `what` too
-    (onnxruntime may build a session and fail only when a kernel runs)."""
-    run = runner(model, what)
-
-    def call(feeds: Feeds) -> list[np.ndarray]:
-        try:
-            return run(feeds)
-        except RunStopped:          # the time limit, not the model: the caller says so
-            raise
-        except Exception as e:      # noqa: BLE001
-            raise _CannotRun(what, e) from None
-    return call
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0][:200] if text else type(e).__name__
+
+
+# a check holds one session at a time: the model's weights once (onnxruntime's own copy) and,
+# for a half-precision model, its float32 reference (twice the bytes); the margin covers
+# activations, prepacked weights and the allocator (1-B Llama, fp32: measured below it)
+CHECK_MARGIN = 1.5
+
+
+def check_bytes(model: Any, precision: str | None = None) -> int:
+    """The memory `check_models(model, ...)` is estimated to need (see CHECK_MARGIN)."""
+    from ..external_data import expected_bytes
+
+    weights = sum(expected_bytes(t) or 0 for t in model.graph.initializer)
+    precision = precision or check_precision(model)
+    return int(weights * (2 if precision in HALF else 1) * CHECK_MARGIN)

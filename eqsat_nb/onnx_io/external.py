@@ -116,10 +116,12 @@ def check_external(model: Any, base: Path, source: str) -> None:
             _span(t, resolve(base, entries(t).get("location", ""), what, source), what, source)
 
 
-def read_external(model: Any, base: Path, source: str) -> None:
-    """Read every tensor's external data into the model (checked as `check_external`)."""
+def read_external(model: Any, base: Path, source: str,
+                  skip: Callable[[Any], bool] | None = None) -> None:
+    """Read every tensor's external data into the model (checked as `check_external`), except
+    those `skip` names (they stay in their files)."""
     for t in all_tensors(model):
-        if not is_external(t):
+        if not is_external(t) or (skip is not None and skip(t)):
             continue
         what = f"tensor '{t.name}'"
         path = resolve(base, entries(t).get("location", ""), what, source)

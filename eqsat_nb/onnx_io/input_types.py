@@ -22,8 +22,13 @@ from .elem_types import np_to_onnx
 
 def initializer_const(t: Any) -> Const:
     """The constant an initializer (TensorProto) holds (ValueError if unreadable)."""
+    from ..external_data import is_external
     from ..ir.tensors import BFLOAT16, to_array
-    return Const(to_array(t), False, bf16=t.data_type == BFLOAT16)
+    from ..mapped_data import current
+
+    data = current() if is_external(t) else None    # a mapped read (mapped_data.py): a view
+    value = data.array(t) if data is not None else to_array(t)
+    return Const(value, False, bf16=t.data_type == BFLOAT16)
 
 
 DEFAULT_DIM = 1          # size given to a symbolic dimension (e.g. the batch) not named in `dims`

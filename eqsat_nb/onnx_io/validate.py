@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import external_data
+from .. import external_data, mapped_data
 from ..errors import TirError
 from ..ir.parse import MAX_DIM, MAX_ELEMENTS      # beyond these a tensor is not a real one
 from . import external
@@ -42,8 +42,10 @@ _WINDOW_OPS = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "Con
 
 
 # ------------------------------------------------------------------ reading a file
-def load_checked(path: str | Path) -> Any:
-    """Read and validate an ONNX file (steps 1-6 above): the model with its data."""
+def load_checked(path: str | Path, mapped: bool = False) -> Any:
+    """Read and validate an ONNX file (steps 1-6 above): the model with its data. `mapped`: the
+    large initializers of a model with a large external data file stay in their files
+    (mapped_data.to_map; read through a `mapped_data.MappedData` of the file's folder)."""
     path = Path(path)
     source = str(path)
     model = _parse(path)
@@ -56,8 +58,10 @@ def load_checked(path: str | Path) -> Any:
     sparse_outside = any(map(external_data.is_external, external_data.all_tensors(model, True)))
     if not sparse_outside:
         check_file(path, model)
+    stay = mapped_data.to_map(model) if mapped else []     # (held: their ids stay theirs)
+    left = {id(t) for t in stay}
     try:
-        external.read_external(model, path.parent, source)
+        external.read_external(model, path.parent, source, skip=lambda t: id(t) in left)
     except MemoryError:
         raise TirError("not enough memory to load this model", file=source) from None
     except OSError as e:
@@ -491,8 +495,9 @@ def check_runs(imp: Any, source: str) -> None:
     from .input_types import import_shapes
     from .measure import random_feeds
 
-    if sum(map(external_data.data_bytes,
-               external_data.all_tensors(imp.model))) > RUN_CHECK_BYTES:
+    if sum(external_data.data_bytes(t) or (external_data.is_external(t) and
+           external_data.expected_bytes(t) or 0)
+           for t in external_data.all_tensors(imp.model)) > RUN_CHECK_BYTES:
         return
     so = session_options(1)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

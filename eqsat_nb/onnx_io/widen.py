@@ -17,11 +17,11 @@ from ..ir.widen import HALF_TYPES, widen_graph
 
 
 def widen(model: Any) -> Any:
-    """A copy of `model` with every half-precision tensor and type in float32."""
-    import onnx
+    """A copy of `model` with every half-precision tensor and type in float32 (mapped weights
+    read in: mapped_data.inline)."""
+    from ..mapped_data import inline
 
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out = inline(model)
     widen_graph(out.graph, HALF_TYPES)
     return out
 

@@ -1,0 +1,170 @@
+"""A model's external data left in its files: initializers as read-only NumPy views of a
+memory map, never read into memory as a whole.
+
+A 7-B language model carries 12 GB of weights; reading them into the model (as `onnx.load`
+does) needs that much memory before any work starts, and every copy made on the way (the
+import's arrays, a serialized model for onnxruntime) needs it again. Mapped, a tensor's bytes
+are read from the page cache when something looks at them, and `release` gives the pages this
+process touched back (the kernel keeps them cached, so the next look reads no disk): the run's
+resident memory stays near what one layer needs, whatever the model's size. The model keeps its
+external references, so its writer copies those tensors file to file, byte for byte
+(`external.write_model(source=...)`), and onnxruntime reads them from the input's folder
+(`runtime.session` with `use`).
+
+bfloat16 tensors are the exception: NumPy has no bfloat16, so the IR holds them as float32
+(ir/bfloat16.py) and their view is a float32 copy made when the import reads them.
+"""
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .external_data import entries, is_external
+
+_BFLOAT16 = 16          # TensorProto.BFLOAT16
+
+
+class MappedData:
+    """The data files of one model (in folder `base`), each mapped read-only once. Locations
+    are checked by the loader (external.check_external) before any is mapped."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = Path(base)
+        self._maps: dict[str, mmap.mmap] = {}
+
+    def _map(self, location: str) -> mmap.mmap:
+        m = self._maps.get(location)
+        if m is None:
+            with open(self.base / location, "rb") as f:
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._maps[location] = m
+        return m
+
+    def array(self, t: Any) -> np.ndarray:
+        """An external tensor's values: a read-only view of its file (a float32 copy for
+        bfloat16, see the module doc)."""
+        from onnx import helper
+
+        e = entries(t)
+        offset = int(e.get("offset", 0) or 0)
+        shape = tuple(int(d) for d in t.dims)
+        count = int(np.prod(shape, dtype=np.int64))
+        buf = self._map(e["location"])
+        if t.data_type == _BFLOAT16:
+            bits = np.frombuffer(buf, "<u2", count, offset).astype(np.uint32) << np.uint32(16)
+            return bits.view(np.float32).reshape(shape)     # as ir/bfloat16.from_bits
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
+        return np.frombuffer(buf, dtype, count, offset).reshape(shape)
+
+    def release(self) -> None:
+        """Give back the pages read so far (they stay in the page cache): what keeps the
+        resident memory of a layer-by-layer pass at one layer's."""
+        for m in self._maps.values():
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (AttributeError, OSError, ValueError):    # no madvise on this platform
+                pass
+
+    def close(self) -> None:
+        maps, self._maps = self._maps, {}
+        for m in maps.values():
+            try:
+                m.close()
+            except BufferError:     # views still alive: the map closes when they go
+                pass
+
+
+def is_mapped(a: Any) -> bool:
+    """Whether an array is a view of a mapped file (`MappedData.array`)."""
+    while isinstance(a, np.ndarray):
+        a = a.base
+    return isinstance(a, memoryview) and isinstance(a.obj, mmap.mmap)
+
+
+def mapped_initializers(model: Any) -> list[Any]:
+    """The main graph's initializers whose bytes are in external files (the ones mapped)."""
+    return [t for t in model.graph.initializer if is_external(t)]
+
+
+def mapped_bytes(model: Any) -> int:
+    """The bytes of the model's mapped initializers."""
+    from .external_data import expected_bytes
+    return sum(expected_bytes(t) or 0 for t in mapped_initializers(model))
+
+
+# A model is read mapped when its external initializers weigh at least MAP_BYTES: below that,
+# reading them in costs less than the memory they take. Of such a model, initializers of
+# MIN_TENSOR_BYTES and more stay in their files; smaller ones (shape constants, norms' scales)
+# are read in, as shape inference and the import's folding read their values.
+MAP_BYTES = 1 << 30
+MIN_TENSOR_BYTES = 1 << 16
+
+
+def to_map(model: Any) -> list[Any]:
+    """The initializers of `model` (parsed without its data) that a mapped read leaves in their
+    files: none when the model's external initializers weigh less than MAP_BYTES."""
+    from .external_data import expected_bytes
+
+    big = [t for t in mapped_initializers(model)
+           if (expected_bytes(t) or 0) >= MIN_TENSOR_BYTES]
+    return big if sum(expected_bytes(t) or 0 for t in big) >= MAP_BYTES else []
+
+
+_CURRENT: list[MappedData] = []
+
+
+class use:
+    """`with use(data):` the mapped data that onnxruntime sessions (runtime.session) and the
+    widening of a model (widen.py) read external tensors from, for the models of one run: the
+    input and the models derived from it keep the input's external references."""
+
+    def __init__(self, data: MappedData | None) -> None:
+        self.data = data
+
+    def __enter__(self) -> MappedData | None:
+        if self.data is not None:
+            _CURRENT.append(self.data)
+        return self.data
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.data is not None:
+            _CURRENT.remove(self.data)
+
+
+def current() -> MappedData | None:
+    """The mapped data in use (`use`), None outside."""
+    return _CURRENT[-1] if _CURRENT else None
+
+
+def release() -> None:
+    """Give back the pages of the mapped data in use (`use`) read so far; nothing outside."""
+    data = current()
+    if data is not None:
+        data.release()
+
+
+def inline(model: Any, names: set[str] | None = None) -> Any:
+    """A copy of `model` whose mapped initializers (those in `names`, default all) hold their
+    bytes inline: for a model cut to one layer, or one small enough to widen whole."""
+    import onnx
+
+    from .external_data import expected_bytes
+
+    data = current()
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    if data is None:
+        return out
+    for t in out.graph.initializer:
+        if is_external(t) and (names is None or t.name in names):
+            e = entries(t)
+            offset = int(e.get("offset", 0) or 0)
+            length = int(e.get("length") or expected_bytes(t) or 0)
+            raw = data._map(e["location"])[offset:offset + length]
+            del t.external_data[:]
+            t.data_location = 0
+            t.raw_data = raw
+    return out
