@@ -105,12 +105,16 @@ MIN_TENSOR_BYTES = 1 << 16
 
 def to_map(model: Any) -> list[Any]:
     """The initializers of `model` (parsed without its data) that a mapped read leaves in their
-    files: none when the model's external initializers weigh less than MAP_BYTES."""
+    files: none when the model's external initializers weigh less than MAP_BYTES (or the
+    environment's EQSAT_NB_MAP_BYTES: benchmarks and tests read small models as large ones)."""
+    import os
+
     from .external_data import expected_bytes
 
+    floor = int(os.environ.get("EQSAT_NB_MAP_BYTES") or MAP_BYTES)
     big = [t for t in mapped_initializers(model)
-           if (expected_bytes(t) or 0) >= MIN_TENSOR_BYTES]
-    return big if sum(expected_bytes(t) or 0 for t in big) >= MAP_BYTES else []
+           if (expected_bytes(t) or 0) >= min(MIN_TENSOR_BYTES, max(floor, 1))]
+    return big if sum(expected_bytes(t) or 0 for t in big) >= floor else []
 
 
 _CURRENT: list[MappedData] = []

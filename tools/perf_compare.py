@@ -40,6 +40,8 @@ STORAGE = ROOT / "perf" / "baselines"
 #: extra_info keys whose increase / decrease is a loss of quality (fails the comparison)
 LOWER_IS_BETTER = frozenset({"dag_cost", "cost_after_us", "ocf_dag_cost_us"})
 HIGHER_IS_BETTER = frozenset({"speedup_pct"})
+#: measured figures that are worse only beyond a share of noise (peak memory of a process)
+LOWER_IS_BETTER_WITHIN = {"peak_rss_mib": 0.25}
 #: extra_info keys that are timings themselves (shown elsewhere or too noisy to list)
 NOT_FIGURES = frozenset({"ratio_vs_egglog", "egglog_run_s", "m_inserts_per_s", "phase_s"})
 
@@ -109,7 +111,8 @@ def _figure_changes(base: dict, cur: dict) -> tuple[list[str], list[str]]:
         changes.append(f"{key} {a}→{b}")
         if isinstance(a, (int, float)) and isinstance(b, (int, float)):
             if (key in LOWER_IS_BETTER and b > a * (1 + 1e-9)) or \
-                    (key in HIGHER_IS_BETTER and b < a - 1e-9):
+                    (key in HIGHER_IS_BETTER and b < a - 1e-9) or \
+                    (key in LOWER_IS_BETTER_WITHIN and b > a * (1 + LOWER_IS_BETTER_WITHIN[key])):
                 worse.append(key)
     return changes, worse
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -88,24 +88,14 @@ def check_layers_in_onnxruntime(run: Any, weights: Any, seed: int = 0) -> tuple[
     rewrite, written as ONNX models with that layer's own weights (read from the input's files
     one layer at a time) and run on the same random activations under the rule of their
     precision (`onnx_io.check.check_models`). (all equal, the summary)."""
-    from ..mapped_data import release
     from ..onnx_io.check import check_models
-    from ..onnx_io.exporter import to_onnx
     from ..onnx_io.measure import random_feeds
 
     worst, checked, texts = None, 0, []
-    for r in run.runs:
-        if not r.changed:
-            continue
-        before, after = r.originals[0], r.optimized[0]
-        names = {n.attr["name"] for g in (before, after) for n in g.weights()}
-        own = {k: weights[k] for k in names if k in weights}
-        a, b = to_onnx(before, own, seed=seed), to_onnx(after, own, seed=seed)
+    for name, a, b in layer_models(run, weights, seed):
         v = check_models(a, b, [random_feeds(a, seed=seed)])
-        del a, b, own
-        release()
         checked += 1
-        texts.append(f"{r.name}: {v.summary()}")
+        texts.append(f"{name}: {v.summary()}")
         if not v.ok:
             return False, texts[-1]
         if worst is None or _excess(v) > _excess(worst):
@@ -115,6 +105,45 @@ def check_layers_in_onnxruntime(run: Any, weights: Any, seed: int = 0) -> tuple[
     return True, (f"{checked} rewritten layer class{'es' if checked != 1 else ''} checked one "
                   f"layer at a time, their representatives with their own weights; worst "
                   f"{worst.summary()}")
+
+
+def layer_models(run: Any, weights: Any, seed: int = 0) -> Iterator[tuple[str, Any, Any]]:
+    """(class name, its representative before, after) as ONNX models holding that layer's own
+    weights, for each rewritten layer class; one at a time (a mapped model's pages are given
+    back after each)."""
+    from ..mapped_data import release
+    from ..onnx_io.exporter import to_onnx
+
+    for r in run.runs:
+        if not r.changed:
+            continue
+        before, after = r.originals[0], r.optimized[0]
+        names = {n.attr["name"] for g in (before, after) for n in g.weights()}
+        own = {k: weights[k] for k in names if k in weights}
+        a, b = to_onnx(before, own, seed=seed), to_onnx(after, own, seed=seed)
+        del own
+        yield r.name, a, b
+        del a, b
+        release()
+
+
+def guard_layers(run: Any, weights: Any, args: Any) -> tuple[bool, list[str], str]:
+    """The CPU target's timing of a model too large to time whole: each rewritten layer class's
+    representative before and after (`layer_models`), timed as `measure.guard` times models.
+    (keep, the timings, the reason): kept only when every class measured faster."""
+    from ..onnx_io.measure import cannot_time, guard, random_feeds
+
+    timings: list[str] = []
+    for name, a, b in layer_models(run, weights, args.seed):
+        feeds = random_feeds(a, seed=args.seed)
+        why = cannot_time(a, feeds)
+        if why is not None:
+            return False, timings, f"{name}: {why}"
+        g = guard(a, b, feeds, budget_s=args.measure_time)
+        timings += [f"{name}, {t.describe()}" for t in g.timings]
+        if not g.keep:
+            return False, timings, f"{name}: {g.reason}"
+    return True, timings, "every rewritten layer class faster in onnxruntime"
 
 
 def _excess(v: Any) -> float:
@@ -204,6 +233,13 @@ def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
         if not ok:
             raise VerificationError(f"the optimized ONNX model does not match the input in "
                                     f"onnxruntime: {text}. Nothing was written.", file=out)
+    if imp.defaulted and too_big:
+        from ..onnx_io.symbolic import shape_hint
+        how = copy_input(args.model, out, imp.model, args.force)
+        return OnnxOutcome("input unchanged", f"the rewrites were checked at the sizes assumed "
+                           f"for symbolic dims ({_symbolic_note(imp)}), and the model is too "
+                           f"large to check whole at other sizes; pass the sizes it is used at, "
+                           f"{shape_hint(imp)} (or --dim), to optimize for them{how}")
     if imp.defaulted:        # symbolic dims the user did not fix: valid for other sizes too?
         from ..onnx_io.symbolic import another_size, shape_hint
         other = another_size(imp.model, imp.defaulted, shapes)
@@ -230,6 +266,14 @@ def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
     if gpu_target:
         outcome.reason = ("a GPU target: chosen by the target's cost estimate, not by a timing "
                           "on this CPU (where graph rewrites measure within noise either way)")
+    elif args.measure and too_big:      # the whole model cannot be timed: one layer a class
+        keep, outcome.measured, why = guard_layers(result.layers, imp.weights, args)
+        outcome.reason = (f"the CPU target keeps a rewrite only when measured faster; too large "
+                          f"to time whole, each rewritten layer class was timed: {why}")
+        if not keep:
+            outcome.reason += copy_input(args.model, out, imp.model, args.force)
+            outcome.written = "input unchanged"
+            return outcome
     elif args.measure and (why := cannot_time(imp.model, feeds[0])) is not None:
         outcome.reason = f"the CPU target keeps a rewrite only when measured faster; {why}"
         outcome.reason += copy_input(args.model, out, imp.model, args.force)

@@ -36,6 +36,8 @@ REGISTRY: dict[str, Renderer] = {
                                      (history.HISTORY, history.PUBLISHED)),
     "mcts-compare": Renderer(history.mcts_compare, (history.MCTS, "tools/mcts_compare.py")),
     # docs/transformers.md
+    "large-models": Renderer(transformers.large_models, (transformers.LARGE,
+                                                         "tools/run_table.py")),
     "merged-projections": Renderer(transformers.projections, (transformers.ANALYTIC,)),
     "transformers-full-size": Renderer(transformers.full_size,
                                        (transformers.TRANSFORMERS, "tools/transformer_table.py")),

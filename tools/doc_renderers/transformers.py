@@ -2,6 +2,7 @@
 transformers through `run` (docs/data/transformers.json)."""
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from .markdown import table
@@ -119,3 +120,45 @@ def projections() -> list[str]:
                  " / ".join(f"{s:.0f}" for s, _ in cpu) + " µs",
                  " / ".join(f"{m:.0f}" for _, m in cpu) + " µs", why])
     return table(["projections", "separate", "merged", "why"], rows)
+
+
+# ------------------------------------------------------------------ large models, streamed
+LARGE = "docs/data/large-models.json"
+
+
+def _run_summary(run: dict[str, Any] | None) -> tuple[str, str]:
+    """(wall, peak RSS) cells of one run, or what stopped it."""
+    if not run:
+        return "–", "–"
+    if run.get("stopped"):
+        return f"stopped ({run['wall_s']:.0f} s)", f"> {run['peak_rss_gib']:.1f} GiB"
+    if run.get("error"):
+        return "failed", f"{run['peak_rss_gib']:.1f} GiB"
+    return f"{run['wall_s']:.0f} s", f"{run['peak_rss_gib']:.1f} GiB"
+
+
+def _checks(run: dict[str, Any]) -> str:
+    parts = []
+    if run.get("layer_check") and "copies checked" in run["layer_check"]:
+        m = re.search(r"(\d+) class(?:es)? x ([\d + ]+) cop", run["layer_check"])
+        parts.append(f"every copy ({m.group(2)})" if m else "every copy")
+    whole = run.get("whole_check") or ""
+    parts.append("whole (interp.)" if whole.startswith(("1 output", "verified")) or
+                 "max |err|" in whole and not whole.startswith("not") else "")
+    ort_ = run.get("onnxruntime_check") or ""
+    parts.append("onnxruntime per layer class" if "one layer at a time" in ort_ else
+                 "onnxruntime whole" if "max |err|" in ort_ else "")
+    return ", ".join(p for p in parts if p) or "–"
+
+
+def large_models() -> list[str]:
+    rows = []
+    for r in load(LARGE)["rows"]:
+        now = r["now"]
+        wall, rss = _run_summary(now)
+        bwall, brss = _run_summary(r.get("before"))
+        layers = f"{now.get('layers')} / {now.get('distinct')}" if now.get("layers") else "–"
+        rows.append([r["model"], layers, wall, rss, merges(now.get("merges") or {}),
+                     _checks(now), now.get("written") or "–", f"{bwall}, {brss}"])
+    return table(["model", "layers / distinct", "`run` wall", "peak RSS", "merges",
+                  "checks", "written", "previous version: wall, peak RSS"], rows)
