@@ -108,3 +108,21 @@ def test_writes_the_input_when_neither_the_model_nor_its_layers_can_be_checked(m
     assert o["written"] == "input unchanged"
     assert "nothing unchecked is written" in o["reason"]
     assert out.read_bytes() == model.read_bytes()
+
+
+def test_cpu_target_times_one_layer_per_class_when_the_whole_model_does_not_fit(
+        model, tmp_path, mapped, monkeypatch):
+    """The CPU target keeps a rewrite only when measured faster; a model too large to run whole
+    is timed one rewritten layer class at a time (its representative before and after)."""
+    from eqsat_nb.onnx_io import check
+    monkeypatch.setattr(check, "CHECK_MARGIN", 1e5)
+    out = tmp_path / "out.onnx"
+    report = out.with_suffix(".json")
+    assert main(["run", str(model), "--onnx", str(out), "--report", str(report), "-q",
+                 "--verify-memory", "2G", "--measure-time", "2"]) == 0
+    o = json.loads(report.read_text())["onnx_output"]
+    assert "too large to time whole, each rewritten layer class was timed" in o["reason"], o
+    if o["written"] == "optimized":
+        assert o["measured"] and all(m.startswith("layer class") for m in o["measured"])
+    else:
+        assert out.read_bytes() == model.read_bytes()

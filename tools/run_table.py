@@ -106,7 +106,20 @@ def merge_counts(report: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def machine() -> dict[str, Any]:
+def checkout_commit(env_prefix: str) -> str:
+    """The commit of the checkout an `--as-before` PYTHONPATH names ("?" if none)."""
+    for word in shlex.split(env_prefix):
+        key, _, value = word.partition("=")
+        if key == "PYTHONPATH":
+            done = subprocess.run(["git", "-C", value.split(os.pathsep)[0], "rev-parse",
+                                   "--short", "HEAD"], capture_output=True, text=True)
+            if done.returncode == 0:
+                return done.stdout.strip()
+    return "?"
+
+
+def machine() -> tuple[dict[str, Any], dict[str, str]]:
+    """(the machine, the versions) a record names."""
     import numba
     import numpy
     import onnxruntime
@@ -114,9 +127,9 @@ def machine() -> dict[str, Any]:
                 if line.startswith("model name")), platform.processor())
     mem = next((int(line.split()[1]) for line in open("/proc/meminfo")
                 if line.startswith("MemTotal")), 0)
-    return {"cpu": cpu, "cpus": os.cpu_count(), "memory_gib": round(mem / 2**20),
-            "python": platform.python_version(), "numba": numba.__version__,
-            "numpy": numpy.__version__, "onnxruntime": onnxruntime.__version__}
+    return ({"cpu": cpu, "cpus": os.cpu_count(), "memory_gib": round(mem / 2**20)},
+            {"python": platform.python_version(), "numba": numba.__version__,
+             "numpy": numpy.__version__, "onnxruntime": onnxruntime.__version__})
 
 
 def parse_size(text: str) -> int:
@@ -139,10 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     key = "before" if args.as_before else "now"
     path = args.update or args.json
+    machine_, versions = machine()
     record = json.loads(path.read_text()) if args.update and path.exists() else {
-        "about": {"command": "python tools/run_table.py " + " ".join(sys.argv[1:]),
-                  "measures": "eqsat-nb run MODEL --device DEVICE --onnx OUT, one at a time, "
-                              "fresh process; peak RSS from wait4", "machine": machine()},
+        "command": "python tools/run_table.py " + shlex.join(sys.argv[1:]),
+        "measures": "eqsat-nb run MODEL --device DEVICE --onnx OUT, one at a time, fresh "
+                    "process; peak RSS from wait4", "machine": machine_, "versions": versions,
         "rows": []}
     rows = {r["model"]: r for r in record["rows"]}
     for spec in args.models:
@@ -153,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         print(label, key, json.dumps(row), flush=True)
     record["rows"] = list(rows.values())
     if key == "before":
-        record["about"]["before"] = f"the previous version: {args.as_before}"
+        record["before"] = f"the previous version, commit {checkout_commit(args.as_before)}"
     if path is not None:
         path.write_text(json.dumps(record, indent=1) + "\n")
     return 0
