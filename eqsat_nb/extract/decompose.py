@@ -24,7 +24,7 @@ import numpy as np
 
 from ..hash64 import mix64 as _mix
 from ..kernels import kernel
-from .csr import reverse_csr
+from .csr import class_graph, reverse_csr
 from .problem import ExtractionProblem, from_arrays
 
 MIN_LAYER = 24          # classes a separator's layer must hold to stand on its own
@@ -39,25 +39,7 @@ def _layer_of(node_class, child_start, child_class, class_start, class_nodes, ro
     C = np.int64(n_classes)
     R = C
     # successors (class graph plus the virtual root's edges to the roots)
-    sstart = np.zeros(C + 2, np.int64)
-    for c in range(C):
-        m = 0
-        for p in range(class_start[c], class_start[c + 1]):
-            i = class_nodes[p]
-            m += child_start[i + 1] - child_start[i]
-        sstart[c + 1] = sstart[c] + m
-    sstart[C + 1] = sstart[C] + roots.size
-    succ = np.empty(sstart[C + 1], np.int64)
-    f = 0
-    for c in range(C):
-        for p in range(class_start[c], class_start[c + 1]):
-            i = class_nodes[p]
-            for e in range(child_start[i], child_start[i + 1]):
-                succ[f] = child_class[e]
-                f += 1
-    for r in roots:
-        succ[f] = r
-        f += 1
+    sstart, succ = class_graph(child_start, child_class, class_start, class_nodes, C, roots)
     n = C + 1
     # depth-first postorder from the virtual root
     po = np.full(n, -1, np.int64)

@@ -34,6 +34,7 @@ from numba import njit
 
 from ..kernels import kernel
 from .bits import pop_lowest, popcount
+from .csr import class_graph
 from .problem import ExtractionProblem
 
 BITSET_BYTES = 64 * 1024 * 1024
@@ -113,22 +114,8 @@ def _scc_rank(child_start, child_class, class_start, class_nodes, n_classes):
     """rank[c]: index of c's strongly connected component (class → child-class edges over all
     candidates) in Tarjan's emission order, which puts every component after those it reaches."""
     C = np.int64(n_classes)
-    # class adjacency CSR
-    astart = np.zeros(C + 1, np.int64)
-    for c in range(C):
-        m = np.int64(0)
-        for p in range(class_start[c], class_start[c + 1]):
-            i = class_nodes[p]
-            m += child_start[i + 1] - child_start[i]
-        astart[c + 1] = astart[c] + m
-    adj = np.empty(astart[C], np.int64)
-    f = np.int64(0)
-    for c in range(C):
-        for p in range(class_start[c], class_start[c + 1]):
-            i = class_nodes[p]
-            for e in range(child_start[i], child_start[i + 1]):
-                adj[f] = child_class[e]
-                f += 1
+    astart, adj = class_graph(child_start, child_class, class_start, class_nodes, C,
+                              class_nodes[:0])      # no virtual root: row C stays empty
     index = np.full(C, -1, np.int64)
     low = np.zeros(C, np.int64)
     onst = np.zeros(C, np.bool_)
