@@ -45,7 +45,7 @@ def check_models(before: Any, after: Any, feeds_list: Sequence[Feeds],
         """`model`'s outputs on each feed set: one session, gone before the next is made
         (the memory of a check is one model's, whatever the size)."""
         try:
-            s = session(model)
+            s = session(model, so=check_options())
         except Exception as e:      # noqa: BLE001 - the caller decides what a failure means
             raise _CannotRun(what, e) from None
         out = []
@@ -83,6 +83,20 @@ def check_models(before: Any, after: Any, feeds_list: Sequence[Feeds],
             raise TirError(f"onnxruntime cannot run {e.what}: {ort_located(e.error)}") from None
         raise TirError(f"onnxruntime cannot run {e.what}: {ort_located(e.error)}; nothing was "
                        f"written") from None
+
+
+def check_options() -> Any:
+    """Session options for a comparison: onnxruntime's basic graph optimizations only. A check
+    compares two functions; the extended fusions and layout changes add nothing to that, cost
+    time on every session, and one of them (GatherSliceToSplitFusion in onnxruntime 1.18) names
+    two nodes alike on a Llama layer and refuses the model it made."""
+    import onnxruntime as ort
+
+    from ..runtime import session_options
+
+    so = session_options(1)
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return so
 
 
 class _CannotRun(Exception):
