@@ -11,8 +11,10 @@ external references, so its writer copies those tensors file to file, byte for b
 (`external.write_model(source=...)`), and onnxruntime reads them from the input's folder
 (`runtime.session` with `use`).
 
-bfloat16 tensors are the exception: NumPy has no bfloat16, so the IR holds them as float32
-(ir/bfloat16.py) and their view is a float32 copy made when the import reads them.
+NumPy has no bfloat16: the IR holds bf16 values as float32 (ir/bfloat16.py), and a mapped bf16
+weight is the view of its bit patterns (uint16), which `ir.tensors.as_dtype` and the interpreter
+widen to float32 where a value is read (one weight at a time), so a bf16 model's weights take
+no more memory than an fp16 model's.
 """
 from __future__ import annotations
 
@@ -44,8 +46,8 @@ class MappedData:
         return m
 
     def array(self, t: Any) -> np.ndarray:
-        """An external tensor's values: a read-only view of its file (a float32 copy for
-        bfloat16, see the module doc)."""
+        """An external tensor's values: a read-only view of its file (for bfloat16, of its bit
+        patterns: see the module doc)."""
         from onnx import helper
 
         e = entries(t)
@@ -53,9 +55,8 @@ class MappedData:
         shape = tuple(int(d) for d in t.dims)
         count = int(np.prod(shape, dtype=np.int64))
         buf = self._map(e["location"])
-        if t.data_type == _BFLOAT16:
-            bits = np.frombuffer(buf, "<u2", count, offset).astype(np.uint32) << np.uint32(16)
-            return bits.view(np.float32).reshape(shape)     # as ir/bfloat16.from_bits
+        if t.data_type == _BFLOAT16:        # its bit patterns (see the module doc)
+            return np.frombuffer(buf, "<u2", count, offset).reshape(shape)
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
         return np.frombuffer(buf, dtype, count, offset).reshape(shape)
 

@@ -126,3 +126,27 @@ def test_cpu_target_times_one_layer_per_class_when_the_whole_model_does_not_fit(
         assert o["measured"] and all(m.startswith("layer class") for m in o["measured"])
     else:
         assert out.read_bytes() == model.read_bytes()
+
+
+def test_bf16_weights_stay_bit_patterns_and_come_back_bit_for_bit(tmp_path, mapped):
+    """A bf16 model read mapped holds its weights as their bit patterns (uint16 views: no
+    float32 copy of the model), checks them widened one at a time, and writes the merged
+    projection from the original bits."""
+    from eqsat_nb.mapped_data import is_mapped, use
+    from eqsat_nb.onnx_io import read_onnx
+    from test_precision_bf16 import _assert_merged_bits, _value_bits, bf16_qkv_model
+
+    src = tmp_path / "m.onnx"
+    onnx.save_model(bf16_qkv_model(), str(src), save_as_external_data=True,
+                    location="m.onnx.data", size_threshold=1024)
+    imp = read_onnx(src)
+    with use(imp.data):
+        held = {k: v for k, v in imp.weights.items() if k.startswith("w_")}
+        assert held and all(v.dtype == np.uint16 and is_mapped(v) for v in held.values())
+    out = tmp_path / "o.onnx"
+    report = _run(src, out)
+    assert report["onnx_output"]["written"] == "optimized", report["onnx_output"]
+    assert "merged 3 matmul into 1" in json.dumps(report)
+    written = onnx.load(str(out))
+    merged = next(n for n in written.graph.node if n.op_type == "MatMul").input[1]
+    _assert_merged_bits(_value_bits(written, merged))

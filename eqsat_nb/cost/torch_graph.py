@@ -50,6 +50,7 @@ import numpy as np
 
 from ..ir.graph import Graph, TensorType
 from ..ir.interp import random_tensor
+from ..ir.tensors import as_dtype
 from ..ir.ops import OPS
 from .torch_backend import _import_torch, lower, torch_dtype
 
@@ -86,6 +87,8 @@ class Leaves:
             value = self.given.get(key[1:]) if key.startswith("@") else None
             if value is None or np.asarray(value).size == 0:     # no value: drawn at random
                 value = random_tensor(key, ty, self.seed, positive=positive)
+            if ty.dtype == "bf16":              # a mapped bf16 weight may be its bit patterns
+                value = as_dtype(value, "bf16")
             arr = np.asarray(value)             # (not ascontiguousarray: it makes 0-d 1-d)
             if not arr.flags.writeable or not arr.flags.c_contiguous:   # read-only ONNX views
                 arr = arr.copy(order="C")

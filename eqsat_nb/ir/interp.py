@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import TirError
 from .graph import Graph, Node, TensorType
+from .bfloat16 import from_bits
 from .random_fill import fill_uniform
 from .ops import OPS
 
@@ -386,7 +387,10 @@ def _fetch(given: Mapping[str, Array], key: str, ty: TensorType, seed: int, dtyp
     if ty.dtype in _EXACT:
         dtype = _EXACT_NP[ty.dtype]
     if key in given:
-        arr = np.asarray(given[key], dtype=dtype)
+        value = given[key]
+        if ty.dtype == "bf16" and getattr(value, "dtype", None) == np.uint16:
+            value = from_bits(value)        # a mapped bf16 weight's bit patterns
+        arr = np.asarray(value, dtype=dtype)
         if arr.shape != ty.shape:
             raise TirError(f"value for {key} has shape {arr.shape}, expected {ty.shape}")
         return arr

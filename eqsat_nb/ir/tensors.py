@@ -43,10 +43,11 @@ def to_array(t: Any) -> np.ndarray:
 
 def as_dtype(values: Any, dtype: str) -> np.ndarray:
     """`values` as the host holds IR element type `dtype`: NumPy's type, and for bf16 float32
-    rounded to bfloat16 (a no-op for values that are bfloat16 numbers already)."""
+    rounded to bfloat16 (a no-op for values that are bfloat16 numbers already; uint16 values are
+    bfloat16 bit patterns, a mapped weight's, widened)."""
     a = host_array(np.asarray(values))
-    if dtype == "bf16":
-        return round_bf16(a)
+    if dtype == "bf16":         # bf16 bit patterns (a mapped weight) are bfloat16 numbers
+        return from_bits(a) if a.dtype == np.uint16 else round_bf16(a)
     return a.astype(NP_DTYPES[dtype], copy=False)
 
 
@@ -65,7 +66,8 @@ def from_array(values: Any, name: str, dtype: str | None = None) -> Any:
         t.name = name
         t.data_type = BFLOAT16
         t.dims.extend(int(d) for d in a.shape)
-        t.raw_data = to_bits(host_array(a)).astype("<u2", copy=False).tobytes()
+        bits = a if a.dtype == np.uint16 else to_bits(host_array(a))    # bits: as they are
+        t.raw_data = bits.astype("<u2", copy=False).tobytes()
         return t
     if dtype is not None:
         a = a.astype(NP_DTYPES[dtype], copy=False)

@@ -185,12 +185,13 @@ class _Importer:
             ssa = self.reserve(name) if name not in self.value else self.value[name]
         else:
             self.used_names.add(ssa)
-        dtype = c.dtype or ir_dtype(onnx_elem(c.value, name, self, node), f"constant '{name}'")
-        if c.value.size == 0 or any(d <= 0 for d in c.value.shape):
-            raise self.err(f"constant '{name}' has a zero-size dimension {c.value.shape}", node,
+        held = c.held()             # (a mapped bf16 weight: its bits, never widened here)
+        dtype = c.dtype or ir_dtype(onnx_elem(held, name, self, node), f"constant '{name}'")
+        if held.size == 0 or any(d <= 0 for d in held.shape):
+            raise self.err(f"constant '{name}' has a zero-size dimension {held.shape}", node,
                            DegenerateShape)
-        self.b.weight(c.value.shape, wname, dtype, value_name=ssa)
-        self.weights[wname] = c.value
+        self.b.weight(held.shape, wname, dtype, value_name=ssa)
+        self.weights[wname] = held
         self.weight_ssa[name] = ssa
         return ssa
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from ..errors import TirError
 from ..ir.graph import TensorType
 from ..ir.opaque import ONNX_TO_DTYPE
-from ..ir.ops.onnx_map import Const
+from ..ir.ops.onnx_map import BitsConst, Const
 from ..ir.tensors import dtype_of_array
 from .elem_types import np_to_onnx
 
@@ -27,8 +27,11 @@ def initializer_const(t: Any) -> Const:
     from ..mapped_data import current
 
     data = current() if is_external(t) else None    # a mapped read (mapped_data.py): a view
-    value = data.array(t) if data is not None else to_array(t)
-    return Const(value, False, bf16=t.data_type == BFLOAT16)
+    if data is None:
+        return Const(to_array(t), False, bf16=t.data_type == BFLOAT16)
+    if t.data_type == BFLOAT16:                     # the view of its bit patterns
+        return BitsConst(data.array(t))
+    return Const(data.array(t), False)
 
 
 DEFAULT_DIM = 1          # size given to a symbolic dimension (e.g. the batch) not named in `dims`

@@ -56,6 +56,31 @@ class Const:
         from ..tensors import dtype_of_array
         return "bf16" if self.bf16 else dtype_of_array(self.value)
 
+    def held(self) -> np.ndarray:
+        """What a weight made of this constant holds: its value (`BitsConst`: its bits)."""
+        return self.value
+
+
+class BitsConst(Const):
+    """A bfloat16 initializer left in its file (mapped_data.py): held as its bit patterns (a
+    uint16 view), its float32 value made only where a mapper reads it."""
+
+    def __init__(self, bits: np.ndarray) -> None:
+        self.bits = bits
+        super().__init__(None, False, bf16=True)
+
+    @property                           # (a data descriptor: the dataclass's `value` field
+    def value(self) -> np.ndarray:      # assignment lands in the setter)
+        from ..bfloat16 import from_bits
+        return from_bits(self.bits)
+
+    @value.setter
+    def value(self, _: Any) -> None:
+        pass
+
+    def held(self) -> np.ndarray:
+        return self.bits
+
 
 @dataclass
 class OnnxNode:
