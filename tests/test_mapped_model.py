@@ -150,3 +150,29 @@ def test_bf16_weights_stay_bit_patterns_and_come_back_bit_for_bit(tmp_path, mapp
     written = onnx.load(str(out))
     merged = next(n for n in written.graph.node if n.op_type == "MatMul").input[1]
     _assert_merged_bits(_value_bits(written, merged))
+
+
+def test_share_data_writes_out_referring_to_the_inputs_data_file(model, tmp_path, mapped):
+    """--share-data: OUT, beside the input, refers to the input's data file (no copy of it);
+    elsewhere it is refused before any work."""
+    import shutil
+
+    folder = tmp_path / "beside"
+    shutil.copytree(model.parent, folder)
+    src, out = folder / "model.onnx", folder / "model.opt.onnx"
+    data_before = {p.name for p in folder.iterdir()}
+    report = _run(src, out, "--share-data")
+    assert report["onnx_output"]["written"] == "optimized"
+    assert {p.name for p in folder.iterdir()} - data_before == {"model.opt.onnx",
+                                                               "model.opt.json"}
+    written = onnx.load(str(out), load_external_data=False)
+    locations = {e.value for t in written.graph.initializer for e in t.external_data
+                 if e.key == "location"}
+    assert locations == {p.name for p in model.parent.iterdir() if p.suffix == ".data"}
+    ids = np.random.default_rng(2).integers(0, 128, (1, 1024), dtype=np.int64)
+    x, y = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": ids})[0].astype(np.float32) for p in (src, out))
+    assert np.abs(x - y).max() <= 2e-2 * np.abs(x).max()
+    elsewhere = tmp_path / "elsewhere.onnx"
+    assert main(["run", str(src), "--onnx", str(elsewhere), "--share-data", "-q"]) == 1
+    assert not elsewhere.exists()

@@ -290,8 +290,9 @@ def _write_onnx_result(args: Any, imp: Any, result: Any, gpu_target: bool,
             return outcome
     else:
         outcome.reason = "not measured (--no-measure)"
+    shared = getattr(args, "share_data", False)     # (then the references stay as they are)
     write_onnx(out, spliced, args.force, taken=_input_files(args.model),
-               source=args.model if imp.data is not None else None)
+               source=args.model if imp.data is not None and not shared else None)
     return outcome
 
 

@@ -230,6 +230,9 @@ def add_parser(sub: Any) -> None:
                    help="fix a graph input's shape (repeatable); the result is for that shape")
     o.add_argument("--dim", action="append", default=[], metavar="SYMBOL=VALUE",
                    help="fix a symbolic dimension wherever it occurs (repeatable)")
+    o.add_argument("--share-data", action="store_true",
+                   help="OUT refers to the large input's external data files instead of copying "
+                   "them into its own (OUT in the input's folder; those files must stay)")
     add_search_options(c)
     c.set_defaults(func=run_command)
 
@@ -285,6 +288,10 @@ def _run_command(args: argparse.Namespace, budget: Any) -> int:
         for out in (args.output, args.onnx, args.report):
             if out:
                 check_output(args.model, out)
+    if getattr(args, "share_data", False) and args.onnx and \
+            Path(args.onnx).resolve().parent != Path(args.model).resolve().parent:
+        raise TirError("--share-data writes OUT beside the input (it refers to the input's data "
+                       "files by their names in that folder)", file=args.onnx)
     from ..mapped_data import use
     with use(imp.data if imp is not None else None):     # a large model's weights, mapped
         return _optimize_and_write(args, budget, graph, weights, imp, dims, shapes, t)
