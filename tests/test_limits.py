@@ -134,11 +134,11 @@ def test_a_check_the_first_plan_ruled_out_is_planned_again(tmp_path, monkeypatch
     real = run_cmd.plan_verification
     calls = []
 
-    def first_plan_says_skip(original, optimized, *rest):
+    def first_plan_says_skip(original, optimized, *rest, **kw):
         calls.append(optimized is None)
         if optimized is None:
             return NotVerified("time", "not verified: planned out", (0,)), 0.0
-        return real(original, optimized, *rest)
+        return real(original, optimized, *rest, **kw)
 
     monkeypatch.setattr(run_cmd, "plan_verification", first_plan_says_skip)
     rep = tmp_path / "r.json"

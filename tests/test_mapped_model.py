@@ -176,3 +176,25 @@ def test_share_data_writes_out_referring_to_the_inputs_data_file(model, tmp_path
     elsewhere = tmp_path / "elsewhere.onnx"
     assert main(["run", str(src), "--onnx", str(elsewhere), "--share-data", "-q"]) == 1
     assert not elsewhere.exists()
+
+
+def test_report_says_layers_stand_in_for_a_whole_graph_check_that_does_not_fit(
+        model, tmp_path, mapped, monkeypatch, capsys):
+    """The whole graph's interpreter check estimated over the budget, one layer's within it:
+    every rewritten copy is checked with its own weights, and the report says they stand in
+    for the whole graph's check (no warning that nothing was compared)."""
+    from eqsat_nb import check_outputs
+    real = check_outputs.estimate_verification
+
+    def estimate(original, *rest, **kw):
+        cost = real(original, *rest, **kw)
+        big = len(original.nodes) > 500                 # the whole graph, not one layer
+        return check_outputs.VerifyCost(1 << 50, cost.seconds) if big else cost
+    monkeypatch.setattr(check_outputs, "estimate_verification", estimate)
+    report = _run(model, tmp_path / "out.onnx")
+    v = report["verification"]
+    assert v["status"] == "memory"
+    assert v["summary"].startswith("the whole graph was not run in the interpreter"), v
+    assert "every rewritten layer was checked with its own weights instead" in v["summary"]
+    assert report["layers"]["checks"]["copies_checked"] == LAYERS
+    assert "warning: not verified" not in capsys.readouterr().err

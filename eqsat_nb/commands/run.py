@@ -415,9 +415,13 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     # plan again with the graph that came out and the time actually left: the first plan only
     # set the search's reserve, for a graph sharing nothing with the original (ViT-Huge: 29 s
     # planned, 23 s for its optimized graph, 10 s measured), so a limit it ruled out may fit
-    skip, _ = plan_verification(graph, result.optimized, weights, args, budget, seeds)
+    checks = None if layered is None else result.layers.check
+    covered = checks is not None and checks.ok and not checks.skipped and checks.copies_checked
+    skip, _ = plan_verification(graph, result.optimized, weights, args, budget, seeds,
+                                layers_checked=bool(covered))
     if skip is not None:
-        warn(skip.message)
+        if not covered:
+            warn(skip.message)
         return result, skip
     t = time.perf_counter()
     try:
@@ -499,11 +503,12 @@ def check_layer_copies(result, weights, args: argparse.Namespace, budget, seeds)
 VERIFY_SHARE = 0.6      # verification may take at most this share of the time budget left
 
 
-def plan_verification(original, optimized, weights, args: argparse.Namespace, budget, seeds
-                      ) -> tuple[Any, float]:
+def plan_verification(original, optimized, weights, args: argparse.Namespace, budget, seeds,
+                      layers_checked: bool = False) -> tuple[Any, float]:
     """(NotVerified when checking `optimized` against `original` would not fit the memory
     budget or the time left, else None; the seconds to keep for it). `optimized` None: not
-    known yet, planned as a graph that shares nothing with the original."""
+    known yet, planned as a graph that shares nothing with the original. `layers_checked`:
+    every rewritten layer was checked with its own weights (the message says so)."""
     from ..check_outputs import (NotVerified, available_memory, estimate_verification,
                                  human_bytes)
 
@@ -516,6 +521,13 @@ def plan_verification(original, optimized, weights, args: argparse.Namespace, bu
     not_checked = "the optimized graph's outputs were not compared with the original's"
     if limit is not None and cost.peak_bytes > limit:
         whose = "--verify-memory" if given else "half of the available memory"
+        if layers_checked:
+            return NotVerified("memory", (
+                f"the whole graph was not run in the interpreter: that would need about "
+                f"{human_bytes(cost.peak_bytes)}, over its budget of {human_bytes(limit)} "
+                f"({whose}); every rewritten layer was checked with its own weights instead. "
+                f"--verify-memory {_size_arg(cost.peak_bytes)} runs it too (if the machine has "
+                f"that much memory)"), seeds), 0.0
         return NotVerified("memory", (
             f"not verified: verification would need about {human_bytes(cost.peak_bytes)} "
             f"(the reference interpreter runs both graphs in float32), over its budget of "
