@@ -477,6 +477,15 @@ def _mapped_bytes(graphs: Sequence[Graph], given: Mapping[str, Any]) -> int:
     return sum(given[k].nbytes for k in names if k in given and is_mapped(given[k]))
 
 
+def memory_budget(given: int | None) -> tuple[int | None, str]:
+    """(the bytes a check may plan to use, whose figure that is): `given` (--verify-memory),
+    else half of the available memory (None when that cannot be read)."""
+    if given is not None:
+        return given, "--verify-memory"
+    avail = available_memory()
+    return (None if avail is None else avail // 2), "half of the available memory"
+
+
 def available_memory() -> int | None:
     """Bytes this process can still allocate: the kernel's MemAvailable, bounded by a cgroup's
     memory limit when there is one (containers); None when neither can be read."""

@@ -19,8 +19,9 @@ no more memory than an fp16 model's.
 from __future__ import annotations
 
 import mmap
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -69,14 +70,6 @@ class MappedData:
             except (AttributeError, OSError, ValueError):    # no madvise on this platform
                 pass
 
-    def close(self) -> None:
-        maps, self._maps = self._maps, {}
-        for m in maps.values():
-            try:
-                m.close()
-            except BufferError:     # views still alive: the map closes when they go
-                pass
-
 
 def is_mapped(a: Any) -> bool:
     """Whether an array is a view of a mapped file (`MappedData.array`)."""
@@ -88,12 +81,6 @@ def is_mapped(a: Any) -> bool:
 def mapped_initializers(model: Any) -> list[Any]:
     """The main graph's initializers whose bytes are in external files (the ones mapped)."""
     return [t for t in model.graph.initializer if is_external(t)]
-
-
-def mapped_bytes(model: Any) -> int:
-    """The bytes of the model's mapped initializers."""
-    from .external_data import expected_bytes
-    return sum(expected_bytes(t) or 0 for t in mapped_initializers(model))
 
 
 # A model is read mapped when its external initializers weigh at least MAP_BYTES: below that,
@@ -121,22 +108,19 @@ def to_map(model: Any) -> list[Any]:
 _CURRENT: list[MappedData] = []
 
 
-class use:
+@contextmanager
+def use(data: MappedData | None) -> Iterator[MappedData | None]:
     """`with use(data):` the mapped data that onnxruntime sessions (runtime.session) and the
     widening of a model (widen.py) read external tensors from, for the models of one run: the
     input and the models derived from it keep the input's external references."""
-
-    def __init__(self, data: MappedData | None) -> None:
-        self.data = data
-
-    def __enter__(self) -> MappedData | None:
-        if self.data is not None:
-            _CURRENT.append(self.data)
-        return self.data
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.data is not None:
-            _CURRENT.remove(self.data)
+    if data is None:
+        yield None
+        return
+    _CURRENT.append(data)
+    try:
+        yield data
+    finally:
+        _CURRENT.remove(data)
 
 
 def current() -> MappedData | None:
@@ -151,25 +135,19 @@ def release() -> None:
         data.release()
 
 
-def inline(model: Any, names: set[str] | None = None) -> Any:
-    """A copy of `model` whose mapped initializers (those in `names`, default all) hold their
-    bytes inline: for a model cut to one layer, or one small enough to widen whole."""
+def inline(model: Any) -> Any:
+    """A copy of `model` whose mapped initializers hold their bytes inline (for a model small
+    enough to widen whole)."""
     import onnx
-
-    from .external_data import expected_bytes
 
     data = current()
     out = onnx.ModelProto()
     out.CopyFrom(model)
     if data is None:
         return out
-    for t in out.graph.initializer:
-        if is_external(t) and (names is None or t.name in names):
-            e = entries(t)
-            offset = int(e.get("offset", 0) or 0)
-            length = int(e.get("length") or expected_bytes(t) or 0)
-            raw = data._map(e["location"])[offset:offset + length]
-            del t.external_data[:]
-            t.data_location = 0
-            t.raw_data = raw
+    for t in mapped_initializers(out):
+        raw = data.array(t).tobytes()           # (little-endian, bf16 as its bits: the file's)
+        del t.external_data[:]
+        t.data_location = 0
+        t.raw_data = raw
     return out

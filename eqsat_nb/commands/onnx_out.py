@@ -68,14 +68,10 @@ def compare_in_onnxruntime(before: Any, after: Any, feeds_list: list[Mapping[str
 def whole_check_too_big(model: Any, args: Any) -> str | None:
     """Why the whole model is not checked in onnxruntime (its estimated memory is over
     --verify-memory, default half the available memory), None when it fits."""
-    from ..check_outputs import available_memory, human_bytes
+    from ..check_outputs import human_bytes, memory_budget
     from ..onnx_io.check import check_bytes
 
-    limit = getattr(args, "verify_memory", None)
-    whose = "--verify-memory"
-    if limit is None:
-        avail = available_memory()
-        limit, whose = (avail // 2 if avail is not None else None), "half the available memory"
+    limit, whose = memory_budget(getattr(args, "verify_memory", None))
     need = check_bytes(model)
     if limit is None or need <= limit:
         return None

@@ -311,12 +311,13 @@ def _optimize_and_write(args: argparse.Namespace, budget: Any, graph: Any, weigh
         from ..onnx_io.splice import rules_for_opset
         rules, dropped = rules_for_opset(list(rules), default_opset(imp.model))
     load_s = time.perf_counter() - t
-    if imp is not None and args.onnx and not args.no_verify and args.layers == "auto":
+    too_big = False             # the written model's check in onnxruntime needs layers
+    if imp is not None and args.onnx and not args.no_verify:
         from .onnx_out import whole_check_too_big
-        if whole_check_too_big(imp.model, args):   # checked in onnxruntime one layer at a time
-            args.layers = "on"
+        too_big = whole_check_too_big(imp.model, args) is not None
     cost_model = cost_model_from_args(args, graph)
-    result, check = optimize_and_verify(graph, weights, cost_model, rules, args, budget)
+    result, check = optimize_and_verify(graph, weights, cost_model, rules, args, budget,
+                                        whole_too_big=too_big)
     result.times = {"load": load_s, **result.times}
     report = make_report(args.model, result, check, describe_cost_model(cost_model), budget)
     if dropped:
@@ -375,10 +376,11 @@ def _optimize_and_write(args: argparse.Namespace, budget: Any, graph: Any, weigh
 
 
 def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namespace,
-                        budget=None):
+                        budget=None, whole_too_big: bool = False):
     """Optimize with progress output, then verify (unless --no-verify, an unchanged graph, or a
     verification that would not fit `--verify-memory` or the `budget`: then `check` is a
-    NotVerified saying so); raises on a mismatch."""
+    NotVerified saying so); raises on a mismatch. `whole_too_big`: the written model's
+    whole check does not fit either (`--layers auto` then optimizes by layers)."""
     import dataclasses
 
     from ..layers import optimize_model
@@ -390,8 +392,9 @@ def optimize_and_verify(graph, weights, cost_model, rules, args: argparse.Namesp
     layers = getattr(args, "layers", "off")
     if not args.no_verify:      # the optimized graph is not known yet: plan for the worst case
         whole, reserve = plan_verification(graph, None, weights, args, budget, seeds)
-        if layers == "auto" and whole is not None and whole.reason == "memory":
-            layers = "on"       # the whole graph's check does not fit: one layer's does
+        whole_too_big = whole_too_big or (whole is not None and whole.reason == "memory")
+    if layers == "auto" and whole_too_big:
+        layers = "on"           # the whole graph's check does not fit: one layer's does
     if budget is not None:
         options = dataclasses.replace(options, budget=budget, reserve=reserve)
     total = options.limits.iter_limit if options.search == "saturate" else None
@@ -472,13 +475,10 @@ def check_layer_copies(result, weights, args: argparse.Namespace, budget, seeds)
     """Check every rewritten layer copy of `result` with its own weights, one at a time
     (layers.check); raises on a mismatch. Checks stopped by the time limit are reported, as the
     whole graph's are."""
-    from ..check_outputs import VerificationStopped, available_memory
+    from ..check_outputs import VerificationStopped, memory_budget
     from ..layers.check import check_copies
 
-    memory = getattr(args, "verify_memory", None)
-    if memory is None:
-        avail = available_memory()
-        memory = avail // 2 if avail is not None else None
+    memory, _ = memory_budget(getattr(args, "verify_memory", None))
     t = time.perf_counter()
     try:
         check = check_copies(result.layers, weights, seeds,
@@ -509,18 +509,13 @@ def plan_verification(original, optimized, weights, args: argparse.Namespace, bu
     budget or the time left, else None; the seconds to keep for it). `optimized` None: not
     known yet, planned as a graph that shares nothing with the original. `layers_checked`:
     every rewritten layer was checked with its own weights (the message says so)."""
-    from ..check_outputs import (NotVerified, available_memory, estimate_verification,
+    from ..check_outputs import (NotVerified, memory_budget, estimate_verification,
                                  human_bytes)
 
     cost = estimate_verification(original, optimized, weights, len(seeds))
-    limit = getattr(args, "verify_memory", None)     # bench has no such option
-    given = limit is not None
-    if limit is None:
-        avail = available_memory()
-        limit = avail // 2 if avail is not None else None
+    limit, whose = memory_budget(getattr(args, "verify_memory", None))  # (bench has none)
     not_checked = "the optimized graph's outputs were not compared with the original's"
     if limit is not None and cost.peak_bytes > limit:
-        whose = "--verify-memory" if given else "half of the available memory"
         if layers_checked:
             return NotVerified("memory", (
                 f"the whole graph was not run in the interpreter: that would need about "

@@ -124,13 +124,11 @@ def read_onnx(path: str | Path, dims: Mapping[str, int] | None = None,
               input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OnnxImport:
     """`load_onnx` with the provenance the splicing exporter needs (see OnnxImport). The file
     is validated first and the import run once in onnxruntime (validate.py)."""
-    from ..external_data import is_external
-    from ..mapped_data import MappedData, use
+    from ..mapped_data import MappedData, mapped_initializers, use
     from .validate import check_runs, load_checked
 
     model = load_checked(path, mapped=True)
-    mapped = any(is_external(t) for t in model.graph.initializer)
-    data = MappedData(Path(path).parent) if mapped else None
+    data = MappedData(Path(path).parent) if mapped_initializers(model) else None
     with use(data):
         imp = import_onnx(model, str(path), dims, check=False, input_shapes=input_shapes)
         imp.data = data

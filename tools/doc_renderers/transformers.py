@@ -143,8 +143,7 @@ def _checks(run: dict[str, Any]) -> str:
         m = re.search(r"(\d+) class(?:es)? x ([\d + ]+) cop", run["layer_check"])
         parts.append(f"every copy ({m.group(2)})" if m else "every copy")
     whole = run.get("whole_check") or ""
-    parts.append("whole (interp.)" if whole.startswith(("1 output", "verified")) or
-                 "max |err|" in whole and not whole.startswith("not") else "")
+    parts.append("whole (interp.)" if "max |err|" in whole else "")
     ort_ = run.get("onnxruntime_check") or ""
     parts.append("onnxruntime per layer class" if "one layer at a time" in ort_ else
                  "onnxruntime whole" if "max |err|" in ort_ else "")
